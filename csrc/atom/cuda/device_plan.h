@@ -1,0 +1,91 @@
+// device_plan.h — a SNAC plan lowered for the plan kernel.
+//
+// lower_plan() turns snac::Plan into flat POD ops the kernel interprets, and
+// adds what the CPU executor gets for free from running one thread:
+//
+// NOTE [block partition] Every Copy/Reduce op's n elements are split among
+//   the G blocks of the launch: block b takes [b*per, min(n, (b+1)*per)) with
+//   per = part_size(n, G, esize) (a multiple of kPartBytes, so 16-byte
+//   alignment of an op's pointers carries over to every block's share).
+//   Wait/Signal are per block: block b raises its own slot of a flag, and a
+//   waiter waits for the slots of ALL G blocks of the peer, because the
+//   partitions of the producer's ops and the consumer's ops differ.
+// NOTE [local barriers] A rank's own ops can depend on each other across
+//   blocks: an op may read (or overwrite) local memory that an earlier op of
+//   this rank wrote (or read) with a different partition — e.g. round j+2
+//   staging into the slot that round j's consume read with other offsets.
+//   lower_plan() tracks the local ranges (Input, Output, own Workspace) each
+//   op touches since the last barrier and inserts a LocalSync (all G blocks
+//   of this rank meet) before the first op that conflicts with an earlier one
+//   on a different block. Accesses with the same origin and partition are
+//   owned by the same block and need nothing more than the __syncthreads the
+//   kernel runs after every data op.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "atom/cuda/host_device.h"
+#include "snac/plan.h"
+
+namespace purlin::atom::cuda {
+
+enum DevCode : uint8_t { kWait = 0, kSignal = 1, kCopy = 2, kReduce = 3, kLocalSync = 4 };
+enum DevBuf : uint8_t { kInput = 0, kOutput = 1, kWorkspace = 2 };
+
+struct DevRef {
+  int64_t offset;  // elements
+  int32_t rank;    // Workspace owner
+  uint8_t buf;     // DevBuf
+  uint8_t pad_[3];
+};
+
+struct DevOp {
+  uint8_t code;      // DevCode
+  uint8_t flag;      // Wait / Signal: FlagKind (kStaged / kConsumed)
+  uint16_t phase;    // interned phase name, for timeout records
+  int32_t peer;      // Wait / Signal
+  uint64_t value;    // Wait / Signal: relative step; LocalSync: its 1-based index
+  int64_t n;         // Copy / Reduce: elements
+  DevRef dst;        // Copy / Reduce
+  int32_t src_begin; // Copy / Reduce: srcs[src_begin, src_begin + src_count)
+  int32_t src_count;
+};
+
+constexpr int64_t kPartBytes = 512;
+
+// Elements per block of an n-element op (NOTE [block partition]).
+PURLIN_HD int64_t part_size(int64_t n, int blocks, int64_t esize) {
+  const int64_t align = kPartBytes / esize;
+  const int64_t per = (n + blocks - 1) / blocks;
+  return (per + align - 1) / align * align;
+}
+
+// How this rank's Input and Output relate; decides which local accesses can
+// conflict (NOTE [local barriers]).
+enum class IoAlias : uint8_t {
+  Disjoint = 0,  // separate memory
+  Same = 1,      // same start address: offsets are comparable
+  Overlap = 2,   // overlapping otherwise: every Input/Output pair may conflict
+};
+
+struct DevicePlan {
+  std::vector<DevOp> ops;
+  std::vector<DevRef> srcs;
+  int rounds = 0;
+  uint64_t steps = 0;          // snac::Plan::steps
+  uint32_t local_syncs = 0;    // LocalSync ops inserted
+  int max_srcs = 0;            // largest src_count of a Reduce
+};
+
+// Lowers rank plan.rank's plan for a launch of `blocks` blocks on elements of
+// `esize` bytes; throws std::invalid_argument beyond kMaxBlocks / kMaxWorld.
+DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias);
+
+// A small process-wide table of static strings (collective names, SNAC
+// phases) so kernels can name them in error records by number.
+uint16_t intern_name(const char* s);
+const char* interned_name(uint32_t id);
+
+}  // namespace purlin::atom::cuda

@@ -1,0 +1,112 @@
+// plan_kernel.cu — launch_plan(): checks, parameter packing and the choice of
+// plan_kernel<T> (instantiated in plan_kernel_{float,int,copy}.cu).
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "atom/cuda/plan_kernel.cuh"
+
+namespace purlin::atom::cuda {
+
+PURLIN_EXTERN_PLAN_KERNEL(float)
+PURLIN_EXTERN_PLAN_KERNEL(double)
+PURLIN_EXTERN_PLAN_KERNEL(__half)
+PURLIN_EXTERN_PLAN_KERNEL(__nv_bfloat16)
+PURLIN_EXTERN_PLAN_KERNEL(int8_t)
+PURLIN_EXTERN_PLAN_KERNEL(int16_t)
+PURLIN_EXTERN_PLAN_KERNEL(int32_t)
+PURLIN_EXTERN_PLAN_KERNEL(int64_t)
+PURLIN_EXTERN_PLAN_KERNEL(uint8_t)
+PURLIN_EXTERN_PLAN_KERNEL(Pod16)
+
+bool fits_inline(const DevicePlan& p) {
+  return p.ops.size() <= static_cast<size_t>(kInlineOps) && p.srcs.size() <= static_cast<size_t>(kInlineSrcs);
+}
+
+void to_inline(const DevicePlan& p, InlinePlan* out) {
+  if (!fits_inline(p)) throw std::invalid_argument("purlin: plan too large to pass inline");
+  std::memset(static_cast<void*>(out), 0, sizeof *out);
+  std::memcpy(out->ops, p.ops.data(), p.ops.size() * sizeof(DevOp));
+  std::memcpy(out->srcs, p.srcs.data(), p.srcs.size() * sizeof(DevRef));
+}
+
+bool can_reduce(DType t) {
+  switch (t) {
+    case DType::Float32: case DType::Float64: case DType::Float16: case DType::BFloat16:
+    case DType::Int8: case DType::Int16: case DType::Int32: case DType::Int64: case DType::UInt8:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+cudaError_t launch_reducing(DType t, const KernelParams& k, int threads, cudaStream_t s) {
+  switch (t) {
+    case DType::Float32: return launch_typed<float>(k, threads, s);
+    case DType::Float64: return launch_typed<double>(k, threads, s);
+    case DType::Float16: return launch_typed<__half>(k, threads, s);
+    case DType::BFloat16: return launch_typed<__nv_bfloat16>(k, threads, s);
+    case DType::Int8: return launch_typed<int8_t>(k, threads, s);
+    case DType::Int16: return launch_typed<int16_t>(k, threads, s);
+    case DType::Int32: return launch_typed<int32_t>(k, threads, s);
+    case DType::Int64: return launch_typed<int64_t>(k, threads, s);
+    case DType::UInt8: return launch_typed<uint8_t>(k, threads, s);
+    default: throw std::invalid_argument(std::string("purlin: no CUDA reduction for ") + dtype_name(t));
+  }
+}
+
+// Copy-only plans need the element size alone.
+cudaError_t launch_copying(size_t esize, const KernelParams& k, int threads, cudaStream_t s) {
+  switch (esize) {
+    case 1: return launch_typed<uint8_t>(k, threads, s);
+    case 2: return launch_typed<int16_t>(k, threads, s);
+    case 4: return launch_typed<int32_t>(k, threads, s);
+    case 8: return launch_typed<int64_t>(k, threads, s);
+    case 16: return launch_typed<Pod16>(k, threads, s);
+    default: throw std::invalid_argument("purlin: no CUDA copy for elements of " + std::to_string(esize) + " bytes");
+  }
+}
+
+[[noreturn]] void bad(const std::string& why) { throw std::invalid_argument("purlin launch_plan: " + why); }
+
+}  // namespace
+
+cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
+  if (l.layout.blocks < 1 || l.layout.blocks > kMaxBlocks) bad("block count out of range");
+  if (l.layout.world < 1 || l.layout.world > kMaxWorld || l.rank < 0 || l.rank >= l.layout.world)
+    bad("rank / world out of range");
+  if (l.threads < kMaxWorld || l.threads > 1024 || l.threads % 32 != 0 || l.threads < l.layout.blocks)
+    bad("thread count must be a multiple of 32 in [max(128, blocks), 1024]");
+  if (!l.self || !l.err) bad("no workspace");
+  if (!l.ops && !l.inline_plan) bad("no plan");
+  if (l.ops && !l.srcs) bad("device plan without sources");
+  if (l.inline_plan && !l.ops && l.n_ops > kInlineOps) bad("inline plan too long");
+  if (l.reduces && !can_reduce(l.dtype)) bad(std::string("no CUDA reduction for ") + dtype_name(l.dtype));
+
+  static_assert(sizeof(KernelParams) <= 4000, "plan kernel parameters must stay under 4 KB");
+  KernelParams k;
+  std::memset(static_cast<void*>(&k), 0, sizeof k);
+  if (!l.ops) k.inl = *l.inline_plan;
+  k.ops = l.ops;
+  k.srcs = l.srcs;
+  k.input = static_cast<char*>(l.input);
+  k.output = static_cast<char*>(l.output);
+  k.pad = static_cast<uint64_t*>(l.self);
+  k.err = l.err;
+  k.steps = l.steps;
+  k.timeout_ns = l.timeout_ns;
+  k.scale = l.scale;
+  k.layout = l.layout;
+  k.n_ops = l.n_ops;
+  k.local_syncs = l.local_syncs;
+  k.rank = l.rank;
+  k.redop = static_cast<int>(l.redop);
+  k.op_name = l.op_name;
+  k.reuse_phase = intern_name("start: wait until every peer finished the previous collective");
+  return l.reduces ? launch_reducing(l.dtype, k, l.threads, stream)
+                   : launch_copying(dtype_size(l.dtype), k, l.threads, stream);
+}
+
+}  // namespace purlin::atom::cuda

@@ -1,0 +1,63 @@
+// plan_kernel.h — host entry of the plan kernel: one launch of G blocks runs
+// one rank's SNAC plan (device_plan.h) on its symmetric workspace.
+//
+// Torch-free; launch_plan() checks its arguments, then launches
+// plan_kernel<T> (plan_kernel.cuh) for the element type. Copies work for any
+// element size the backend hands over (1, 2, 4, 8, 16 bytes); reductions for
+// float32/64, float16, bfloat16, int8/16/32/64 and uint8 (can_reduce()).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "atom/cuda/device_plan.h"
+#include "atom/cuda/signal_pad.h"
+#include "common/types.h"
+
+namespace purlin::atom::cuda {
+
+// Small plans travel inside the kernel's parameters: nothing to upload or
+// free, and a captured CUDA graph keeps them by value. Larger ones live in
+// device memory (plan_store.h).
+constexpr int kInlineOps = 40;
+constexpr int kInlineSrcs = 48;
+struct InlinePlan {
+  DevOp ops[kInlineOps];
+  DevRef srcs[kInlineSrcs];
+};
+bool fits_inline(const DevicePlan& p);
+void to_inline(const DevicePlan& p, InlinePlan* out);
+
+struct PlanLaunch {
+  // The plan: `ops`/`srcs` in device memory, or else `inline_plan` (host).
+  const DevOp* ops = nullptr;
+  const DevRef* srcs = nullptr;
+  const InlinePlan* inline_plan = nullptr;
+  int n_ops = 0;
+  uint64_t steps = 0;
+  uint32_t local_syncs = 0;
+  bool reduces = false;          // the plan has Reduce ops
+  // Memory.
+  void* input = nullptr;
+  void* output = nullptr;
+  void* self = nullptr;          // this rank's symmetric buffer (pad at 0)
+  PadLayout layout;
+  ErrorRecord* err = nullptr;    // device address of the host-mapped record
+  // The call.
+  int rank = 0;
+  DType dtype = DType::Float32;
+  RedOp redop = RedOp::Sum;
+  double scale = 1.0;            // this rank's PREMUL_SUM factor
+  uint64_t timeout_ns = 0;
+  uint32_t op_name = 0;          // intern_name(collective name)
+  int threads = 512;             // blocks = layout.blocks
+};
+
+bool can_reduce(DType t);
+
+// Launches on `stream`; returns the launch error (cudaSuccess if queued).
+// Throws std::invalid_argument on inconsistent arguments.
+cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream);
+
+}  // namespace purlin::atom::cuda

@@ -1,0 +1,76 @@
+// signal.cuh — device half of the signal pad: release/acquire flag access,
+// bounded waits and the timeout record. (Host half: symmetric_workspace.h.)
+//
+// A block signals with one thread after a __syncthreads, through
+// ptx::st_release_sys, so all of the block's earlier writes are visible to a
+// peer GPU that acquires the value (ptx::ld_acquire_sys); a rank's own blocks
+// meet at GPU scope (the _gpu variants).
+// Every wait is bounded by %globaltimer against the group timeout; on expiry
+// it fills the ErrorRecord (first block only), marks the pad broken, and
+// returns false so the kernel can return early: no __trap, the process and
+// its CUDA context stay usable.
+#pragma once
+
+#include <cstdint>
+
+#include "atom/cuda/ptx.cuh"
+#include "atom/cuda/signal_pad.h"
+
+namespace purlin::atom::cuda {
+
+// What a wait is for, for the error record.
+struct WaitSite {
+  ErrorRecord* err;      // host-mapped
+  uint64_t* broken;      // this rank's pad word
+  uint64_t timeout_ns;
+  uint64_t base;         // the collective's base epoch
+  int32_t rank;
+  uint32_t op_name;
+};
+
+static __device__ __noinline__ void record_timeout(const WaitSite& s, int peer, int from_block, int kind, uint64_t target,
+                                            uint64_t seen, uint32_t phase, uint64_t waited) {
+  if (atomicCAS(reinterpret_cast<unsigned long long*>(s.broken), 0ull, 1ull) != 0ull) return;
+  ErrorRecord* e = s.err;
+  e->rank = s.rank;
+  e->peer = peer;
+  e->block = static_cast<int32_t>(blockIdx.x);
+  e->from_block = from_block;
+  e->kind = kind;
+  e->op_name = s.op_name;
+  e->phase = phase;
+  e->expected = target - s.base;
+  e->seen = seen > s.base ? seen - s.base : 0;
+  e->base = s.base;
+  e->waited_ns = waited;
+  __threadfence_system();
+  e->status = 1;
+  __threadfence_system();
+}
+
+// Block-wide wait until flags[i] >= target for every i < count (threads
+// i, i + blockDim, ... poll slot i). Returns false, identically in every
+// thread, if any slot timed out. Ends with a barrier, so every thread's
+// later reads are ordered after the acquires.
+template <bool kSys>
+__device__ __forceinline__ bool wait_all(const uint64_t* flags, int count, uint64_t target, const WaitSite& s,
+                                         int peer, int kind, uint32_t phase) {
+  bool ok = true;
+  for (int i = threadIdx.x; i < count && ok; i += blockDim.x) {
+    uint64_t seen = kSys ? ptx::ld_acquire_sys(flags + i) : ptx::ld_acquire_gpu(flags + i);
+    if (seen >= target) continue;
+    const uint64_t t0 = ptx::globaltimer_ns();
+    while (seen < target) {
+      const uint64_t waited = ptx::globaltimer_ns() - t0;
+      if (waited > s.timeout_ns) {
+        record_timeout(s, peer, i, kind, target, seen, phase, waited);
+        ok = false;
+        break;
+      }
+      seen = kSys ? ptx::ld_acquire_sys(flags + i) : ptx::ld_acquire_gpu(flags + i);
+    }
+  }
+  return __syncthreads_and(ok) != 0;
+}
+
+}  // namespace purlin::atom::cuda

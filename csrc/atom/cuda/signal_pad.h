@@ -1,0 +1,73 @@
+// signal_pad.h — the signal pad: the first bytes of every rank's symmetric
+// buffer, and the error record the kernels fill in on a timeout.
+//
+// Layout, in uint64 words (W = world, G = blocks per launch, agreed at setup):
+//   flag[kind][from][block]   3*W*G  written by rank `from`'s block `block`,
+//                                    read here (kind: Done, Staged, Consumed)
+//   local[block]              G      this rank's block-to-block barrier
+//   base[block]               G      Staged/Consumed/Done epoch of this rank
+//   lbase[block]              G      local-barrier epoch of this rank
+//   scale                     1      PREMUL_SUM factor of the running collective
+//   broken                    1      set once by the first timed-out block
+//   peer_table[W]             W      every rank's buffer, as mapped here
+// The workspace (SNAC's two slots) follows at pad_bytes().
+//
+// NOTE [device epochs] Flag values are epochs: base + plan step, never reset
+//   (NOTE [epochs] in snac/plan.h). The kernel reads base[block] at its start
+//   and writes base + steps + 1 at its end (the +1 is Done's own step), so
+//   CUDA-graph replays advance the epochs without a host write. All ranks
+//   advance base by the same amount (plan.steps depends only on the Spec),
+//   so their epochs stay equal. lbase advances by the rank's own number of
+//   local barriers and never leaves the rank.
+#pragma once
+
+#include <cstdint>
+
+#include "atom/cuda/host_device.h"
+
+namespace purlin::atom::cuda {
+
+// Flag kinds on the GPU. Staged and Consumed keep snac::Flag's numbers; Done
+// closes a collective (NOTE [device reuse] in plan_kernel.cuh). kLocal names
+// the local barrier in error records only.
+enum FlagKind : int { kDone = 0, kStaged = 1, kConsumed = 2, kFlagKinds = 3, kLocal = 3 };
+
+constexpr int kMaxBlocks = 128;   // G never exceeds this (launch_config)
+constexpr int kMaxWorld = 128;    // kernels keep per-source arrays of this size
+
+struct PadLayout {
+  int world = 1;
+  int blocks = 1;
+
+  PURLIN_HD int64_t flag(int kind, int from, int block) const {
+    return (static_cast<int64_t>(kind) * world + from) * blocks + block;
+  }
+  PURLIN_HD int64_t local(int block) const { return static_cast<int64_t>(kFlagKinds) * world * blocks + block; }
+  PURLIN_HD int64_t base(int block) const { return local(0) + blocks + block; }
+  PURLIN_HD int64_t lbase(int block) const { return base(0) + blocks + block; }
+  PURLIN_HD int64_t scale() const { return lbase(0) + blocks; }
+  PURLIN_HD int64_t broken() const { return scale() + 1; }
+  PURLIN_HD int64_t peer_table(int rank) const { return broken() + 1 + rank; }
+  PURLIN_HD int64_t words() const { return peer_table(0) + world; }
+  // The workspace starts at this byte offset (4 KiB aligned).
+  PURLIN_HD int64_t pad_bytes() const { return (words() * 8 + 4095) / 4096 * 4096; }
+};
+
+// Filled by the first block that times out (host-mapped memory, so the host
+// reads it without a CUDA call). `status` is written last.
+struct ErrorRecord {
+  volatile uint32_t status;  // 0 none, 1 timed out
+  int32_t rank;              // this rank
+  int32_t peer;              // whose flag never came (== rank for kLocal)
+  int32_t block;             // the waiting block
+  int32_t from_block;        // the flag slot that was short
+  int32_t kind;              // FlagKind
+  uint32_t op_name;          // interned collective name (device_plan.h)
+  uint32_t phase;            // interned SNAC phase
+  uint64_t expected;         // relative to the collective's base epoch
+  uint64_t seen;             // relative to the collective's base epoch (0 if below it)
+  uint64_t base;             // the collective's base epoch
+  uint64_t waited_ns;
+};
+
+}  // namespace purlin::atom::cuda

@@ -1,0 +1,249 @@
+// symmetric_workspace.cu — setup and teardown of the symmetric buffers.
+//
+// Four exchanges, each answered identically on every rank, so all ranks take
+// the same branch even when one of them fails locally:
+//   probe   host name, GPU PCI id, compute capability, requested sizes
+//   handle  this rank's IPC handle (or why it could not make one)
+//   opened  whether this rank opened every peer's handle
+// A failure after an allocation frees what was made before returning.
+#include "atom/cuda/symmetric_workspace.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "atom/cuda/cuda_check.h"
+
+namespace purlin::atom::cuda {
+
+namespace {
+
+std::string hex(const void* data, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  s.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<const unsigned char*>(data)[i];
+    s.push_back(digits[c >> 4]);
+    s.push_back(digits[c & 15]);
+  }
+  return s;
+}
+
+std::string unhex(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i + 1 < s.size(); i += 2) out.push_back(static_cast<char>(std::stoi(s.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+// A probe: fields separated by '\n'; free text is hex-encoded.
+struct Probe {
+  std::string host, bus, error;
+  int major = 0, minor = 0, sms = 0, blocks = 0;
+  int64_t ws = 0;
+
+  std::string encode() const {
+    std::ostringstream os;
+    // 'x' keeps hex fields non-empty for operator>>.
+    os << 'x' << hex(host.data(), host.size()) << '\n' << bus << '\n' << major << '\n' << minor << '\n' << sms
+       << '\n' << blocks << '\n' << ws << '\n' << 'x' << hex(error.data(), error.size());
+    return os.str();
+  }
+  static Probe decode(const std::string& s) {
+    std::istringstream is(s);
+    Probe p;
+    std::string host, err;
+    is >> host >> p.bus >> p.major >> p.minor >> p.sms >> p.blocks >> p.ws;
+    if (!(is >> err)) err = "x";
+    p.host = unhex(host.substr(1));
+    p.error = unhex(err.substr(1));
+    return p;
+  }
+};
+
+std::string rank_str(int r) { return "rank " + std::to_string(r); }
+
+// "" if the group can use CUDA IPC at all; the same text on every rank.
+std::string check_probes(const std::vector<Probe>& all) {
+  for (size_t r = 0; r < all.size(); ++r)
+    if (!all[r].error.empty()) return rank_str(static_cast<int>(r)) + ": " + all[r].error;
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r].host != all[0].host)
+      return rank_str(0) + " is on host '" + all[0].host + "' but " + rank_str(static_cast<int>(r)) + " on '" +
+             all[r].host + "' (CUDA IPC needs one host)";
+    for (size_t q = 0; q < r; ++q)
+      if (all[r].bus == all[q].bus)
+        return rank_str(static_cast<int>(q)) + " and " + rank_str(static_cast<int>(r)) + " share GPU " + all[r].bus;
+  }
+  return "";
+}
+
+// First non-empty error among ranks ("rank r: ..."), or "".
+std::string first_error(const std::vector<std::string>& all, char ok_tag) {
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].empty() || all[r][0] != ok_tag) {
+      const std::string msg = all[r].empty() ? std::string("no answer") : unhex(all[r].substr(1));
+      return rank_str(static_cast<int>(r)) + ": " + msg;
+    }
+  return "";
+}
+
+std::string error_tag(const std::string& msg) { return "E" + hex(msg.data(), msg.size()); }
+
+}  // namespace
+
+std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& opt, const AllGather& exchange,
+                                                               std::string* why) {
+  std::unique_ptr<SymmetricWorkspace> ws(new SymmetricWorkspace());
+  ws->rank_ = opt.rank;
+  ws->device_ = opt.device;
+  DeviceScope scope(opt.device);
+
+  // ---- probe -------------------------------------------------------------
+  Probe mine;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  mine.host = host;
+  char bus[64] = {0};
+  cudaError_t e = cudaDeviceGetPCIBusId(bus, sizeof bus, opt.device);
+  DeviceInfo info;
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, opt.device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, opt.device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, opt.device);
+  if (e != cudaSuccess) mine.error = cuda_error_text(e, "querying the GPU");
+  mine.bus = bus[0] ? bus : "?";
+  for (char& c : mine.bus) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  ws->config_ = choose_launch_config(info);
+  mine.major = info.major;
+  mine.minor = info.minor;
+  mine.sms = info.sm_count;
+  mine.blocks = opt.blocks > 0 ? std::min(opt.blocks, kMaxBlocks) : ws->config_.blocks;
+  mine.ws = opt.workspace_bytes;
+  if (opt.world > kMaxWorld) mine.error = "the CUDA datapath supports at most " + std::to_string(kMaxWorld) + " ranks";
+  if (opt.workspace_bytes < 64 * 1024) mine.error = "TORCH_PURLIN_CUDA_WORKSPACE_BYTES must be at least 64K";
+
+  std::vector<Probe> probes;
+  for (const std::string& s : exchange("probe", mine.encode())) probes.push_back(Probe::decode(s));
+  *why = check_probes(probes);
+  if (!why->empty()) return nullptr;
+  int blocks = kMaxBlocks;
+  int64_t bytes = INT64_MAX;
+  for (const Probe& p : probes) {
+    blocks = std::min(blocks, p.blocks);
+    bytes = std::min(bytes, p.ws);
+  }
+  ws->layout_ = PadLayout{opt.world, std::max(1, blocks)};
+  ws->config_.threads = std::max(ws->config_.threads, ws->layout_.blocks);
+  ws->workspace_bytes_ = bytes / 4096 * 4096;
+
+  // ---- handle ------------------------------------------------------------
+  std::string local;
+  for (int r = 0; r < opt.world && local.empty(); ++r) {
+    if (r == opt.rank) continue;
+    int dev = -1, can = 0;
+    if (cudaDeviceGetByPCIBusId(&dev, probes[r].bus.c_str()) != cudaSuccess) {
+      cudaGetLastError();
+      local = "GPU " + probes[r].bus + " of " + rank_str(r) + " is not visible here (CUDA_VISIBLE_DEVICES?)";
+    } else if (cudaDeviceCanAccessPeer(&can, opt.device, dev) != cudaSuccess || !can) {
+      cudaGetLastError();
+      local = "GPU " + mine.bus + " has no peer access to GPU " + probes[r].bus + " of " + rank_str(r);
+    }
+  }
+  const size_t total = static_cast<size_t>(ws->layout_.pad_bytes() + ws->workspace_bytes_);
+  cudaIpcMemHandle_t handle;
+  if (local.empty()) {
+    try {
+      check(cudaMalloc(&ws->self_, total), "cudaMalloc of the symmetric workspace");
+      cudaStream_t s;
+      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      cudaError_t me = cudaMemsetAsync(ws->self_, 0, static_cast<size_t>(ws->layout_.pad_bytes()), s);
+      if (me == cudaSuccess) me = cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+      check(me, "clearing the signal pad");
+      check(cudaHostAlloc(reinterpret_cast<void**>(&ws->err_host_), sizeof(ErrorRecord),
+                          cudaHostAllocMapped | cudaHostAllocPortable),
+            "cudaHostAlloc of the error record");
+      std::memset(static_cast<void*>(ws->err_host_), 0, sizeof(ErrorRecord));
+      check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ws->err_dev_), ws->err_host_, 0),
+            "cudaHostGetDevicePointer");
+      check(cudaIpcGetMemHandle(&handle, ws->self_), "cudaIpcGetMemHandle");
+    } catch (const std::exception& ex) {
+      cudaGetLastError();
+      local = ex.what();
+    }
+  }
+  const std::vector<std::string> handles = exchange("handle", local.empty() ? "H" + hex(&handle, sizeof handle) : error_tag(local));
+  *why = first_error(handles, 'H');
+  if (!why->empty()) {
+    ws->release();
+    return nullptr;
+  }
+
+  // ---- open peers ------------------------------------------------------------
+  ws->peers_.assign(opt.world, nullptr);
+  std::vector<uint64_t> table(opt.world, 0);
+  for (int r = 0; r < opt.world && local.empty(); ++r) {
+    if (r == opt.rank) {
+      table[r] = reinterpret_cast<uint64_t>(ws->self_);
+      continue;
+    }
+    cudaIpcMemHandle_t h;
+    const std::string raw = unhex(handles[r].substr(1));
+    std::memcpy(&h, raw.data(), std::min(raw.size(), sizeof h));
+    void* p = nullptr;
+    const cudaError_t oe = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (oe != cudaSuccess) {
+      cudaGetLastError();
+      local = cuda_error_text(oe, ("cudaIpcOpenMemHandle of " + rank_str(r) + "'s workspace").c_str());
+      break;
+    }
+    ws->peers_[r] = p;
+    table[r] = reinterpret_cast<uint64_t>(p);
+  }
+  if (local.empty()) {
+    try {
+      cudaStream_t s;
+      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      cudaError_t ce = cudaMemcpyAsync(static_cast<uint64_t*>(ws->self_) + ws->layout_.peer_table(0), table.data(),
+                                       table.size() * sizeof(uint64_t), cudaMemcpyHostToDevice, s);
+      if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+      check(ce, "writing the peer table");
+    } catch (const std::exception& ex) {
+      cudaGetLastError();
+      local = ex.what();
+    }
+  }
+  *why = first_error(exchange("opened", local.empty() ? "O" : error_tag(local)), 'O');
+  if (!why->empty()) {
+    ws->release();
+    return nullptr;
+  }
+  return ws;
+}
+
+void SymmetricWorkspace::release() {
+  DeviceScope scope(device_);
+  for (void* p : peers_)
+    if (p) cudaIpcCloseMemHandle(p);
+  peers_.clear();
+  if (self_) cudaFree(self_);
+  if (err_host_) cudaFreeHost(err_host_);
+  self_ = nullptr;
+  err_host_ = nullptr;
+  err_dev_ = nullptr;
+  cudaGetLastError();  // teardown at exit may find the runtime gone; nothing to report
+}
+
+// NOTE: peers must be done with this rank's buffer (their kernels finished)
+// before it is freed; destroy_process_group() after the last collective's
+// results were waited for gives that.
+SymmetricWorkspace::~SymmetricWorkspace() { release(); }
+
+}  // namespace purlin::atom::cuda

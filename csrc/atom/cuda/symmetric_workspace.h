@@ -1,0 +1,68 @@
+// symmetric_workspace.h — host half of the CUDA Atom's memory: one buffer per
+// rank (signal pad + workspace, signal_pad.h), opened by every peer of the
+// group through CUDA IPC. (Device half: signal.cuh.)
+//
+// create() is collective: every rank calls it at the same point with the same
+// exchange function, which publishes one string per rank under a tag and
+// returns all of them (backed by the c10d Store). It checks that all ranks
+// are on one host, on distinct GPUs that can reach each other (peer access),
+// and that every IPC handle opens; otherwise it returns nullptr with a reason
+// that is the same on every rank (so they all fall back together).
+// Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "atom/cuda/launch_config.h"
+#include "atom/cuda/signal_pad.h"
+
+namespace purlin::atom::cuda {
+
+class SymmetricWorkspace {
+ public:
+  using AllGather = std::function<std::vector<std::string>(const std::string& tag, const std::string& mine)>;
+
+  struct Options {
+    int rank = 0;
+    int world = 1;
+    int device = 0;               // this rank's CUDA device ordinal
+    int64_t workspace_bytes = 0;  // requested; the group uses the smallest request
+    int blocks = 0;               // requested G; 0: choose_launch_config(); the group uses the smallest
+  };
+
+  static std::unique_ptr<SymmetricWorkspace> create(const Options& opt, const AllGather& exchange, std::string* why);
+  ~SymmetricWorkspace();
+  SymmetricWorkspace(const SymmetricWorkspace&) = delete;
+  SymmetricWorkspace& operator=(const SymmetricWorkspace&) = delete;
+
+  int rank() const { return rank_; }
+  int world() const { return layout_.world; }
+  int device() const { return device_; }
+  const PadLayout& layout() const { return layout_; }  // blocks = the group's G
+  int threads() const { return config_.threads; }
+  const char* config_name() const { return config_.name; }
+  void* self() const { return self_; }                 // this rank's buffer (pad at 0)
+  int64_t workspace_bytes() const { return workspace_bytes_; }
+  ErrorRecord* error_host() const { return err_host_; }
+  ErrorRecord* error_device() const { return err_dev_; }
+
+ private:
+  SymmetricWorkspace() = default;
+  void release();
+
+  int rank_ = 0;
+  int device_ = 0;
+  PadLayout layout_;
+  LaunchConfig config_;
+  int64_t workspace_bytes_ = 0;
+  void* self_ = nullptr;
+  std::vector<void*> peers_;  // opened IPC mappings (nullptr for self)
+  ErrorRecord* err_host_ = nullptr;
+  ErrorRecord* err_dev_ = nullptr;
+};
+
+}  // namespace purlin::atom::cuda

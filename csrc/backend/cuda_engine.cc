@@ -1,0 +1,422 @@
+// cuda_engine.cc — CudaEngine (workspace, plan cache, launches) and the
+// CudaPath / CudaOpScope glue declared in cuda_engine.h.
+#ifdef PURLIN_WITH_CUDA
+
+#include "backend/cuda_engine.h"
+
+#include <atomic>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "atom/cuda/cuda_check.h"
+#include "atom/cuda/device_plan.h"
+#include "atom/cuda/plan_kernel.h"
+#include "atom/cuda/plan_store.h"
+#include "atom/cuda/symmetric_workspace.h"
+#include "backend/cuda_work.h"
+#include "backend/tensor_args.h"
+#include "common/env.h"
+#include "snac/plan.h"
+
+namespace purlin::backend {
+
+namespace cu = purlin::atom::cuda;
+
+namespace {
+
+constexpr size_t kMaxPlans = 1024;
+
+std::string where(const char* op, int rank) {
+  return std::string("purlin ") + op + " on rank " + std::to_string(rank) + ": ";
+}
+
+bool is_reduction(const std::string& op) { return op.rfind("all_reduce", 0) == 0 || op.rfind("reduce", 0) == 0; }
+
+cu::IoAlias alias_of(const Request& rq) {
+  const size_t es = dtype_size(rq.dtype);
+  const auto a = reinterpret_cast<uintptr_t>(rq.in), b = reinterpret_cast<uintptr_t>(rq.out);
+  const uintptr_t an = static_cast<uintptr_t>(rq.in_numel) * es, bn = static_cast<uintptr_t>(rq.out_numel) * es;
+  if (!an || !bn || a + an <= b || b + bn <= a) return cu::IoAlias::Disjoint;
+  return a == b ? cu::IoAlias::Same : cu::IoAlias::Overlap;
+}
+
+const char* kind_name(int kind) {
+  switch (kind) {
+    case cu::kDone: return "Done";
+    case cu::kStaged: return "Staged";
+    case cu::kConsumed: return "Consumed";
+    default: return "local-barrier";
+  }
+}
+
+// The RuntimeError text of a device timeout.
+std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout) {
+  std::ostringstream os;
+  os << "purlin " << cu::interned_name(e.op_name) << " on rank " << e.rank << ": timed out after "
+     << timeout.count() << " ms ";
+  if (e.kind == cu::kLocal)
+    os << "waiting for block " << e.from_block << " of this rank (block " << e.block << " at a local barrier)";
+  else
+    os << "waiting for rank " << e.peer << " (block " << e.block << " waited for the " << kind_name(e.kind)
+       << " flag of its block " << e.from_block << " to reach step " << e.expected << ", saw " << e.seen << ")";
+  os << "; phase '" << cu::interned_name(e.phase) << "'. The group is unusable: destroy it and create a new one.";
+  return os.str();
+}
+
+}  // namespace
+
+// ---- CudaEngine ----------------------------------------------------------------
+
+class CudaEngine {
+ public:
+  CudaEngine(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+             int device);
+
+  const std::string& unavailable() const { return unavailable_; }
+  int device() const { return device_; }
+  c10::cuda::CUDAStream internal_stream() const { return *internal_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+  // Queues rq on `stream`; throws std::runtime_error / std::invalid_argument.
+  void launch(Request& rq, cudaStream_t stream);
+
+  // "" or the recorded device timeout, for CudaWork.
+  std::function<std::string()> error_source() const {
+    auto ws = ws_;
+    auto timeout = timeout_;
+    return [ws, timeout]() { return ws ? read_error(*ws, timeout) : std::string(); };
+  }
+
+ private:
+  struct CachedPlan {
+    cu::DevicePlan plan;
+    std::unique_ptr<cu::InlinePlan> inl;  // when it fits
+    cu::DevicePlanRef dev;                // otherwise
+    bool reduces = false;
+  };
+
+  static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout) {
+    const cu::ErrorRecord* e = ws.error_host();
+    if (e->status == 0) return "";
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return describe(*e, timeout);
+  }
+  std::vector<PeerMeta> peer_meta(const Request& rq);
+  const CachedPlan& plan_for(const Request& rq, const std::vector<PeerMeta>& all);
+  void order_after_last(cudaStream_t s);
+
+  int rank_, world_, device_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string unavailable_;
+  std::shared_ptr<cu::SymmetricWorkspace> ws_;
+  std::optional<c10::cuda::CUDAStream> internal_;
+  std::unique_ptr<cu::PlanStore> store_plans_;
+  std::unordered_map<std::string, std::unique_ptr<CachedPlan>> plans_;
+  std::string broken_;
+  int64_t two_shot_bytes_ = 0;
+  bool debug_ = false;
+  uint64_t a2a_seq_ = 0;
+  bool can_delete_keys_ = true;
+  cudaStream_t last_stream_ = nullptr;
+  bool have_last_ = false;
+  cudaEvent_t order_event_ = nullptr;
+};
+
+CudaEngine::CudaEngine(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+                       int device)
+    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)) {
+  c10::cuda::CUDAGuard guard(device_);
+  two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
+  debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
+  cu::SymmetricWorkspace::Options opt;
+  opt.rank = rank_;
+  opt.world = world_;
+  opt.device = device_;
+  opt.workspace_bytes = env::get_bytes("TORCH_PURLIN_CUDA_WORKSPACE_BYTES");
+  try {
+    opt.blocks = std::stoi(env::get("TORCH_PURLIN_CUDA_BLOCKS"));
+  } catch (const std::exception&) {
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_BLOCKS: not a number: '" + env::get("TORCH_PURLIN_CUDA_BLOCKS") + "'");
+  }
+  auto st = store_;
+  const int me = rank_, W = world_;
+  auto exchange = [st, me, W](const std::string& tag, const std::string& mine) {
+    const std::string key = "purlin/cuda/setup/" + tag + "/";
+    st->set(key + std::to_string(me), std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<std::string> all(W);
+    for (int r = 0; r < W; ++r) {
+      const std::vector<uint8_t> v = r == me ? std::vector<uint8_t>(mine.begin(), mine.end()) : st->get(key + std::to_string(r));
+      all[r].assign(v.begin(), v.end());
+    }
+    return all;
+  };
+  std::unique_ptr<cu::SymmetricWorkspace> ws = cu::SymmetricWorkspace::create(opt, exchange, &unavailable_);
+  if (!ws) {
+    if (env::get_bool("TORCH_PURLIN_LOG"))
+      std::fprintf(stderr, "[purlin] rank %d: CUDA datapath unavailable, CUDA tensors use NCCL: %s (logged once)\n",
+                   rank_, unavailable_.c_str());
+    return;
+  }
+  ws_ = std::move(ws);
+  internal_.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_));
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_);
+  store_plans_ = std::make_unique<cu::PlanStore>(
+      device_,
+      [side](size_t n) { return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(n, side.stream()); },
+      [](void* p) { c10::cuda::CUDACachingAllocator::raw_delete(p); });
+  cu::check(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming), "cudaEventCreate");
+  if (debug_)
+    std::fprintf(stderr, "[purlin] rank %d: CUDA workspace %lld bytes, %d blocks x %d threads (%s)\n", rank_,
+                 static_cast<long long>(ws_->workspace_bytes()), ws_->layout().blocks, ws_->threads(),
+                 ws_->config_name());
+}
+
+std::vector<PeerMeta> CudaEngine::peer_meta(const Request& rq) {
+  const std::vector<std::byte> blob = encode_meta(rq, world_);
+  const PeerMeta mine = decode_meta(blob.data(), world_);
+  if (rq.op != CollOp::AllToAll) return std::vector<PeerMeta>(world_, mine);
+  // all_to_all: the plan needs every rank's splits; exchange them once per call.
+  const uint64_t n = ++a2a_seq_;
+  const std::string key = "purlin/cuda/a2a/" + std::to_string(n) + "/";
+  store_->set(key + std::to_string(rank_), std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(blob.data()),
+                                                                 reinterpret_cast<const uint8_t*>(blob.data()) + blob.size()));
+  std::vector<PeerMeta> all;
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) {
+      all.push_back(mine);
+      continue;
+    }
+    std::vector<uint8_t> v = store_->get(key + std::to_string(r));
+    v.resize(std::max(v.size(), blob.size()));
+    all.push_back(decode_meta(reinterpret_cast<const std::byte*>(v.data()), world_));
+  }
+  // Every peer has now read this rank's previous key (it set key n after that).
+  if (n > 1 && can_delete_keys_) {
+    try {
+      store_->deleteKey("purlin/cuda/a2a/" + std::to_string(n - 1) + "/" + std::to_string(rank_));
+    } catch (const std::exception&) {
+      can_delete_keys_ = false;  // e.g. FileStore: keys stay, a few bytes per call
+    }
+  }
+  const std::string why = check_agreement(all, rank_);
+  if (!why.empty()) throw std::invalid_argument(where(rq.name, rank_) + why);
+  return all;
+}
+
+const CudaEngine::CachedPlan& CudaEngine::plan_for(const Request& rq, const std::vector<PeerMeta>& all) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
+  const cu::IoAlias alias = alias_of(rq);
+  snac::PlanOptions opt;
+  opt.align_elems = cu::kPartBytes / esize;
+  opt.slot_elems = ws_->workspace_bytes() / 2 / esize / opt.align_elems * opt.align_elems;
+  opt.direct_local = alias == cu::IoAlias::Disjoint;
+  const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * esize;
+  const bool two_shot = rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_;
+  opt.reduce_algo = two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
+  const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two_shot ? "/2" : "/1");
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  if (plans_.size() >= kMaxPlans) {  // inline plans are host-only: safe to drop any time
+    for (auto i = plans_.begin(); i != plans_.end();) i = i->second->inl ? plans_.erase(i) : std::next(i);
+  }
+  const snac::Spec spec = build_spec(rq, all);
+  const snac::Plan plan = snac::make_plan(spec, rank_, opt);
+  auto c = std::make_unique<CachedPlan>();
+  c->plan = cu::lower_plan(plan, ws_->layout().blocks, esize, alias);
+  c->reduces = spec.kind == snac::OpKind::Reduce;
+  if (cu::fits_inline(c->plan)) {
+    c->inl = std::make_unique<cu::InlinePlan>();
+    cu::to_inline(c->plan, c->inl.get());
+  } else {
+    c->dev = store_plans_->upload(c->plan);
+  }
+  if (debug_)
+    std::fprintf(stderr, "[purlin] rank %d: new CUDA plan for %s (%zu device ops, %u local barriers, %s): %s", rank_,
+                 spec.name.c_str(), c->plan.ops.size(), c->plan.local_syncs, c->inl ? "inline" : "device",
+                 plan.describe().c_str());
+  return *plans_.emplace(key, std::move(c)).first->second;
+}
+
+// NOTE [stream order] Kernels of one group must not overlap on a rank (they
+// share the workspace and epochs). Launches on one stream are ordered by it;
+// when a launch goes to another stream than the previous one (current vs
+// internal stream, or the user switched streams), the new stream first waits
+// for everything queued so far on the old one. Not across graph capture
+// boundaries: inside a captured graph the capture's own order applies.
+void CudaEngine::order_after_last(cudaStream_t s) {
+  if (have_last_ && last_stream_ != s) {
+    cudaStreamCaptureStatus a = cudaStreamCaptureStatusNone, b = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(last_stream_, &a);
+    cudaStreamIsCapturing(s, &b);
+    if (a == cudaStreamCaptureStatusNone && b == cudaStreamCaptureStatusNone) {
+      cu::check(cudaEventRecord(order_event_, last_stream_), "cudaEventRecord");
+      cu::check(cudaStreamWaitEvent(s, order_event_, 0), "cudaStreamWaitEvent");
+    }
+    cudaGetLastError();
+  }
+  last_stream_ = s;
+  have_last_ = true;
+}
+
+void CudaEngine::launch(Request& rq, cudaStream_t stream) {
+  if (!broken_.empty())
+    throw std::runtime_error(where(rq.name, rank_) + "the group is unusable after an earlier failure: " + broken_);
+  const std::string err = read_error(*ws_, timeout_);
+  if (!err.empty()) {
+    broken_ = err;
+    throw std::runtime_error(err);
+  }
+  if (!rq.error.empty()) throw std::invalid_argument(where(rq.name, rank_) + rq.error);
+  const std::vector<PeerMeta> all = peer_meta(rq);
+  const CachedPlan& c = plan_for(rq, all);
+  if (c.plan.rounds == 0) return;  // nothing moves on any rank
+  c10::cuda::CUDAGuard guard(device_);
+  order_after_last(stream);
+  cu::PlanLaunch l;
+  l.ops = c.dev.ops;
+  l.srcs = c.dev.srcs;
+  l.inline_plan = c.inl.get();
+  l.n_ops = static_cast<int>(c.plan.ops.size());
+  l.steps = c.plan.steps;
+  l.local_syncs = c.plan.local_syncs;
+  l.reduces = c.reduces;
+  l.input = rq.in;
+  l.output = rq.out;
+  l.self = ws_->self();
+  l.layout = ws_->layout();
+  l.err = ws_->error_device();
+  l.rank = rank_;
+  l.dtype = rq.dtype;
+  l.redop = rq.redop;
+  l.scale = rq.scale;
+  l.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
+  l.op_name = cu::intern_name(rq.name);
+  l.threads = ws_->threads();
+  const cudaError_t e = cu::launch_plan(l, stream);
+  if (e != cudaSuccess) throw std::runtime_error(where(rq.name, rank_) + cu::cuda_error_text(e, "launching the plan kernel"));
+}
+
+// ---- CudaPath / CudaOpScope ------------------------------------------------------------
+
+struct CudaPath::Impl {
+  int rank, world;
+  std::chrono::milliseconds timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::unique_ptr<CudaEngine> engine;
+  CudaOpScope::State* scope = nullptr;
+};
+
+struct CudaOpScope::State {
+  CudaPath::Impl* path = nullptr;
+  c10::Device device{c10::kCUDA, 0};
+  bool async = false;
+  cudaEvent_t ready = nullptr;  // the caller's stream at the op's start
+  std::optional<c10::cuda::CUDAStreamGuard> on_internal;
+  c10::intrusive_ptr<CudaWork> work;
+};
+
+CudaPath::CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store)
+    : impl_(new Impl{rank, world, timeout, std::move(store), nullptr, nullptr}) {}
+
+CudaPath::~CudaPath() = default;
+
+void CudaPath::set_timeout(std::chrono::milliseconds timeout) {
+  impl_->timeout = timeout;
+  if (impl_->engine) impl_->engine->set_timeout(timeout);
+}
+
+bool CudaPath::active() const { return impl_->scope != nullptr; }
+
+std::string CudaPath::unavailable(const std::string& op, const std::vector<at::Tensor>& tensors) {
+  std::optional<c10::Device> dev;
+  for (const auto& t : tensors) {
+    if (!t.defined()) continue;
+    if (!t.is_cuda()) return "the op mixes CUDA and " + t.device().str() + " tensors";
+    if (t.is_sparse()) return "sparse tensors are not supported natively";
+    if (dev && *dev != t.device()) return "the op's tensors are on several GPUs";
+    dev = t.device();
+    DType d;
+    if (!to_dtype(t.scalar_type(), &d))
+      return std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported natively";
+    if (is_reduction(op) && !atom::cuda::can_reduce(d))
+      return std::string(dtype_name(d)) + " reductions on CUDA are served by NCCL";
+  }
+  if (!dev) return "";
+  if (!impl_->engine) {
+    c10::cuda::CUDAGuard guard(*dev);
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(dev->index()).stream(), &st);
+    TORCH_CHECK(st == cudaStreamCaptureStatusNone, "purlin ", op, " on rank ", impl_->rank,
+                ": the first CUDA collective of a group sets up its workspace and cannot run inside CUDA graph "
+                "capture; run one collective on the group before capturing");
+    impl_->engine = std::make_unique<CudaEngine>(impl_->rank, impl_->world, impl_->timeout, impl_->store, dev->index());
+  }
+  if (!impl_->engine->unavailable().empty())
+    return "the CUDA datapath is unavailable for this group: " + impl_->engine->unavailable();
+  TORCH_CHECK(impl_->engine->device() == dev->index(), "purlin ", op, " on rank ", impl_->rank, ": tensors on ",
+              dev->str(), " but this group's CUDA workspace is on cuda:", impl_->engine->device(),
+              " (use one GPU per rank and group)");
+  return "";
+}
+
+c10::intrusive_ptr<c10d::Work> CudaPath::run(Request& rq, const std::vector<at::Tensor>& outputs) {
+  TORCH_CHECK(impl_->scope && impl_->engine, "purlin ", rq.name, ": no native CUDA op in progress");
+  CudaOpScope::State& st = *impl_->scope;
+  c10::cuda::CUDAGuard guard(st.device);
+  impl_->engine->launch(rq, c10::cuda::getCurrentCUDAStream(st.device.index()).stream());
+  if (!st.async) return completed_work(outputs);
+  st.work = c10::make_intrusive<CudaWork>(impl_->rank, outputs, st.device, impl_->engine->error_source());
+  return st.work;
+}
+
+CudaOpScope::CudaOpScope(CudaPath* path, const std::vector<at::Tensor>& tensors, bool async_op) {
+  if (!path || !path->impl_->engine || !path->impl_->engine->unavailable().empty()) return;
+  const at::Tensor* first = nullptr;
+  for (const auto& t : tensors)
+    if (t.defined() && t.is_cuda()) {
+      first = &t;
+      break;
+    }
+  if (!first) return;
+  s_ = std::make_unique<State>();
+  s_->path = path->impl_.get();
+  s_->device = first->device();
+  s_->async = async_op;
+  if (async_op) {
+    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(s_->device.index());
+    const c10::cuda::CUDAStream internal = s_->path->engine->internal_stream();
+    s_->on_internal.emplace(internal);  // also makes the op's device current until the op returns
+    atom::cuda::check(cudaEventCreateWithFlags(&s_->ready, cudaEventDisableTiming), "cudaEventCreate");
+    atom::cuda::check(cudaEventRecord(s_->ready, caller.stream()), "cudaEventRecord");
+    atom::cuda::check(cudaStreamWaitEvent(internal.stream(), s_->ready, 0), "cudaStreamWaitEvent");
+    for (const auto& t : tensors)
+      if (t.defined() && t.is_cuda() && t.has_storage())
+        c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), internal);
+  }
+  s_->path->scope = s_.get();
+}
+
+CudaOpScope::~CudaOpScope() {
+  if (!s_) return;
+  if (s_->work) {
+    try {
+      s_->work->complete_on(c10::cuda::getCurrentCUDAStream(s_->device.index()));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[purlin] could not complete a CUDA Work: %s\n", e.what());
+    }
+  }
+  s_->on_internal.reset();
+  if (s_->ready) cudaEventDestroy(s_->ready);
+  s_->path->scope = nullptr;
+}
+
+}  // namespace purlin::backend
+
+#endif  // PURLIN_WITH_CUDA

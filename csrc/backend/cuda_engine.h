@@ -1,0 +1,97 @@
+// cuda_engine.h — the CUDA datapath as PurlinBackend sees it: native
+// collectives on CUDA tensors, by SNAC plans run in one kernel launch on
+// CUDA-IPC symmetric buffers (csrc/atom/cuda). PURLIN-CUDA hooks in
+// purlin_backend.cc and backend_ops.cc call only what is declared here.
+//
+// Contract (c10d's, as ProcessGroupNCCL keeps it):
+//   asyncOp=false  the kernel is queued on the current stream; nothing else
+//                  (no events, no host wait); the returned Work is complete.
+//   asyncOp=true   an internal stream waits for the current stream, the
+//                  flatten copies, the kernel and the copies back run there,
+//                  an event is recorded; Work.wait() makes the then-current
+//                  stream wait for it. The Work holds the outputs, and every
+//                  tensor of the op is recordStream'd on the internal stream.
+// Argument checks are LOCAL: a GPU collective has no host arrival handshake
+// (NOTE [device reuse], atom/cuda/plan_kernel.cuh), so a rank whose peers
+// passed other sizes is not told; it fails as a bounded device timeout.
+// Only all_to_all exchanges split sizes through the Store (its plan needs
+// every rank's splits), and checks them like the CPU path does.
+// Every native op is CUDA-graph capturable once the group ran one CUDA
+// collective outside capture (that first one sets up the workspace).
+//
+// Built with PURLIN_WITH_CUDA (setup.py defines it when torch has CUDA);
+// otherwise the inline stubs at the end report the datapath as unavailable.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "backend/request.h"
+
+namespace purlin::backend {
+
+class CudaOpScope;
+
+// One per PurlinBackend; creates the group's CudaEngine on first use.
+class CudaPath {
+ public:
+  CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store);
+  ~CudaPath();
+
+  // "" if `op` on `tensors` (some on CUDA) runs natively, else why not.
+  // The first call sets up the workspace and is collective: PurlinBackend
+  // calls it where every rank decides native-or-fallback for the same op.
+  std::string unavailable(const std::string& op, const std::vector<at::Tensor>& tensors);
+  // Whether a CudaOpScope is open: the running op is a native CUDA op.
+  bool active() const;
+  // Runs rq (flat in/out already on the op's device) and returns its Work.
+  c10::intrusive_ptr<c10d::Work> run(Request& rq, const std::vector<at::Tensor>& outputs);
+  void set_timeout(std::chrono::milliseconds timeout);
+
+  struct Impl;
+
+ private:
+  friend class CudaOpScope;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Opened by every native op right after its fallback decision, closed when
+// the op returns: holds the op's stream and Work (see the contract above).
+// Inactive when path is null or no tensor is on CUDA.
+class CudaOpScope {
+ public:
+  CudaOpScope(CudaPath* path, const std::vector<at::Tensor>& tensors, bool async_op);
+  ~CudaOpScope();
+  CudaOpScope(const CudaOpScope&) = delete;
+  CudaOpScope& operator=(const CudaOpScope&) = delete;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+#ifndef PURLIN_WITH_CUDA
+struct CudaPath::Impl {};
+struct CudaOpScope::State {};
+inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>) {}
+inline CudaPath::~CudaPath() = default;
+inline std::string CudaPath::unavailable(const std::string&, const std::vector<at::Tensor>&) {
+  return "the CUDA datapath is not available in this build";
+}
+inline bool CudaPath::active() const { return false; }
+inline c10::intrusive_ptr<c10d::Work> CudaPath::run(Request& rq, const std::vector<at::Tensor>&) {
+  TORCH_CHECK(false, "purlin ", rq.name, ": the CUDA datapath is not available in this build");
+}
+inline void CudaPath::set_timeout(std::chrono::milliseconds) {}
+inline CudaOpScope::CudaOpScope(CudaPath*, const std::vector<at::Tensor>&, bool) {}
+inline CudaOpScope::~CudaOpScope() = default;
+#endif
+
+}  // namespace purlin::backend

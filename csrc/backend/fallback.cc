@@ -1,0 +1,45 @@
+// fallback.cc — see fallback.h.
+#include "backend/fallback.h"
+
+#include <cstdio>
+
+#include "common/env.h"
+
+namespace purlin::backend {
+
+Fallback::Fallback(int rank, Factory factory) : rank_(rank), factory_(std::move(factory)) {
+  for (const auto& op : env::get_list("TORCH_PURLIN_FORCE_FALLBACK")) forced_.insert(op);
+  log_ = env::get_bool("TORCH_PURLIN_LOG");
+}
+
+c10d::Backend& Fallback::get(const c10::Device& device) {
+  const std::string type = device.is_cuda() ? "cuda" : "cpu";
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = backends_.find(type);
+  if (it == backends_.end()) {
+    TORCH_CHECK(factory_, "purlin: no fallback backend factory for ", type, " tensors");
+    it = backends_.emplace(type, factory_(type)).first;
+  }
+  return *it->second;
+}
+
+void Fallback::count_native(const std::string& op) {
+  std::lock_guard<std::mutex> g(mu_);
+  counters_[op].first++;
+}
+
+void Fallback::count_fallback(const std::string& op, const std::string& reason) {
+  std::lock_guard<std::mutex> g(mu_);
+  counters_[op].second++;
+  if (log_ && logged_.emplace(op, reason).second)
+    std::fprintf(stderr, "[purlin] rank %d: %s falls back: %s (logged once)\n", rank_, op.c_str(), reason.c_str());
+}
+
+bool Fallback::forced(const std::string& op) const { return forced_.count(op) || forced_.count("all"); }
+
+std::map<std::string, std::pair<int64_t, int64_t>> Fallback::counters() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return counters_;
+}
+
+}  // namespace purlin::backend

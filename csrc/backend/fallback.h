@@ -1,0 +1,49 @@
+// fallback.h — the explicit fallback: ops Purlin does not serve natively go to
+// a torch backend (gloo for CPU tensors, NCCL for CUDA tensors) created lazily
+// on a prefixed store. Every decision is counted per op, and logged once per
+// (op, reason), so tests and benchmarks can assert what actually ran.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+namespace purlin::backend {
+
+class Fallback {
+ public:
+  // Creates the fallback backend for a device type ("cpu" or "cuda").
+  using Factory = std::function<c10::intrusive_ptr<c10d::Backend>(const std::string& device_type)>;
+
+  Fallback(int rank, Factory factory);
+
+  // The fallback backend for `device`, created on first use.
+  c10d::Backend& get(const c10::Device& device);
+
+  // Records that `op` ran natively.
+  void count_native(const std::string& op);
+  // Records that `op` falls back for `reason` (logged once per (op, reason)).
+  void count_fallback(const std::string& op, const std::string& reason);
+  // Whether TORCH_PURLIN_FORCE_FALLBACK names `op` (or "all").
+  bool forced(const std::string& op) const;
+
+  // op -> (native calls, fallback calls)
+  std::map<std::string, std::pair<int64_t, int64_t>> counters() const;
+
+ private:
+  int rank_;
+  Factory factory_;
+  std::set<std::string> forced_;
+  bool log_;
+  mutable std::mutex mu_;
+  std::map<std::string, c10::intrusive_ptr<c10d::Backend>> backends_;
+  std::map<std::string, std::pair<int64_t, int64_t>> counters_;
+  std::set<std::pair<std::string, std::string>> logged_;
+};
+
+}  // namespace purlin::backend

@@ -1,0 +1,82 @@
+// purlin_backend.cc — construction, routing (native or fallback) and Work.
+// The c10d op overrides are in backend_ops.cc.
+#include "backend/purlin_backend.h"
+
+#include <ATen/core/ivalue.h>
+
+#include "backend/cuda_engine.h"
+#include "backend/host_engine.h"
+#include "backend/tensor_args.h"
+
+namespace purlin::backend {
+
+PurlinBackend::PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                             std::chrono::milliseconds timeout, Fallback::Factory fallback_factory)
+    : c10d::Backend(rank, size), store_(store), timeout_(timeout), fallback_(rank, std::move(fallback_factory)) {}
+
+PurlinBackend::~PurlinBackend() = default;
+
+void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  if (host_) host_->set_timeout(timeout);
+  if (cuda_) cuda_->set_timeout(timeout);  // PURLIN-CUDA hook
+}
+
+HostEngine& PurlinBackend::host() {
+  if (!host_) {
+    Rendezvous rdv;
+    auto store = store_;
+    rdv.set = [store](const std::string& k, const std::string& v) {
+      store->set(k, std::vector<uint8_t>(v.begin(), v.end()));
+    };
+    rdv.get = [store](const std::string& k) {
+      auto v = store->get(k);
+      return std::string(v.begin(), v.end());
+    };
+    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, std::move(rdv));
+  }
+  return *host_;
+}
+
+// PURLIN-CUDA hook
+CudaPath& PurlinBackend::cuda() const {
+  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_);
+  return *cuda_;
+}
+
+std::string PurlinBackend::fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors) const {
+  if (fallback_.forced(op)) return "forced by TORCH_PURLIN_FORCE_FALLBACK";
+  for (const auto& t : tensors) {
+    if (!t.defined()) continue;
+    if (t.is_sparse()) return "sparse tensors are not supported natively";
+    if (t.is_cuda()) return cuda().unavailable(op, tensors);  // PURLIN-CUDA hook: checks every tensor
+    if (!t.device().is_cpu()) return std::string("tensors on ") + t.device().str() + " are not supported natively";
+    DType d;
+    if (!to_dtype(t.scalar_type(), &d)) return std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported natively";
+  }
+  return "";
+}
+
+c10::intrusive_ptr<c10d::Work> PurlinBackend::run_native(Request& rq, const std::vector<at::Tensor>& outputs) {
+  ++seq_;
+  fallback_.count_native(rq.name);
+  try {
+    if (cuda_ && cuda_->active()) return cuda_->run(rq, outputs);  // PURLIN-CUDA hook
+    host().run(rq);
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  return completed_work(outputs);
+}
+
+c10::intrusive_ptr<c10d::Work> completed_work(const std::vector<at::Tensor>& outputs) {
+  auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  fut->markCompleted(c10::IValue(outputs));
+  return c10d::Work::create_from_future(fut);
+}
+
+c10::intrusive_ptr<c10d::Work> PurlinBackend::endCoalescing() { return completed_work({}); }
+
+}  // namespace purlin::backend

@@ -1,0 +1,104 @@
+// purlin_backend.h — the c10d::Backend that torch.distributed calls.
+//
+// Contract (as c10d's): collectives are called in the same order on every rank
+// of the group. Each native op turns its tensors into one flat input and one
+// flat output (staging through temporaries when tensors are lists or
+// non-contiguous), hands a Request to the engine of the tensors' device, and
+// returns a Work. Everything Purlin does not serve goes through Fallback.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "backend/fallback.h"
+#include "backend/request.h"
+
+namespace purlin::backend {
+
+class HostEngine;
+class CudaPath;  // PURLIN-CUDA hook (cuda_engine.h)
+
+class PurlinBackend : public c10d::Backend {
+ public:
+  PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                std::chrono::milliseconds timeout, Fallback::Factory fallback_factory);
+  ~PurlinBackend() override;
+
+  const std::string getBackendName() const override { return "purlin"; }
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override {}
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  // Runs a user-defined collective (a Spec) on flat tensors.
+  c10::intrusive_ptr<c10d::Work> run_spec(const snac::Spec& spec, at::Tensor& input, at::Tensor& output);
+
+  std::map<std::string, std::pair<int64_t, int64_t>> counters() const { return fallback_.counters(); }
+
+ private:
+  // Why `op` on `tensors` cannot run natively ("" if it can).
+  std::string fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors) const;
+  // Runs a native request whose flat in/out tensors are given; returns the Work.
+  c10::intrusive_ptr<c10d::Work> run_native(Request& rq, const std::vector<at::Tensor>& keep_alive);
+  HostEngine& host();
+  CudaPath& cuda() const;  // PURLIN-CUDA hook: created on the first CUDA tensor
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  Fallback fallback_;
+  std::unique_ptr<HostEngine> host_;
+  mutable std::unique_ptr<CudaPath> cuda_;  // PURLIN-CUDA hook
+  uint64_t seq_ = 0;
+};
+
+}  // namespace purlin::backend

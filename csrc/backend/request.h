@@ -1,0 +1,73 @@
+// request.h — one native collective call, as the backend hands it to SNAC.
+//
+// The backend flattens c10d's tensor lists into one flat input and one flat
+// output per rank; everything else about the call is here. Torch-free.
+// A Request travels to every peer as a metadata blob during the arrival
+// handshake (NOTE [arrival]), so every rank can check every rank's arguments
+// and derive the same global Spec.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "snac/spec.h"
+
+namespace purlin::backend {
+
+enum class CollOp : uint8_t {
+  AllReduce = 0, Reduce, Broadcast, AllGather, ReduceScatter, AllToAll, Gather, Scatter, Barrier, Custom, kCount
+};
+
+const char* coll_op_name(CollOp op);
+
+struct Request {
+  CollOp op = CollOp::Barrier;
+  const char* name = "barrier";   // user-facing op name, e.g. "all_gather_into_tensor"
+  DType dtype = DType::Float32;
+  RedOp redop = RedOp::Sum;
+  int root = 0;
+  double scale = 1.0;             // PREMUL_SUM factor of this rank
+  void* in = nullptr;
+  int64_t in_numel = 0;
+  void* out = nullptr;
+  int64_t out_numel = 0;
+  std::vector<int64_t> in_splits;   // AllToAll: elements to each rank
+  std::vector<int64_t> out_splits;  // AllToAll: elements from each rank
+  const snac::Spec* custom = nullptr;
+  std::string error;                // a local argument error, reported to all ranks
+};
+
+// Metadata blob: fixed header followed by 2 * world int64 split sizes.
+size_t meta_blob_bytes(int world);
+std::vector<std::byte> encode_meta(const Request& rq, int world);
+
+// A decoded peer blob.
+struct PeerMeta {
+  CollOp op;
+  DType dtype;
+  RedOp redop;
+  int root;
+  double scale;
+  int64_t in_numel, out_numel;
+  uint64_t custom_hash;
+  std::string error;
+  std::vector<int64_t> in_splits, out_splits;
+};
+PeerMeta decode_meta(const std::byte* blob, int world);
+
+// Checks that all ranks' arguments agree; returns "" or the reason, naming
+// the ranks involved. `me` is this rank (its own error comes first).
+std::string check_agreement(const std::vector<PeerMeta>& all, int me);
+
+// The global Spec of an agreed call.
+snac::Spec build_spec(const Request& rq, const std::vector<PeerMeta>& all);
+
+// Key identifying this rank's plan for an agreed call (for the plan cache).
+std::string plan_key(const Request& rq, const std::vector<PeerMeta>& all);
+
+uint64_t spec_hash(const snac::Spec& s);
+
+}  // namespace purlin::backend

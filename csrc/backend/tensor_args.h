@@ -1,0 +1,39 @@
+// tensor_args.h — turning c10d's tensor arguments into flat Requests.
+//
+// The one place where at::ScalarType / c10d::ReduceOp meet Purlin's DType /
+// RedOp, and where lists and non-contiguous tensors are staged through flat
+// temporaries (and copied back after the collective).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "backend/request.h"
+
+namespace purlin::backend {
+
+// false if Purlin has no native support for `t`.
+bool to_dtype(at::ScalarType t, DType* out);
+
+// Fills rq.dtype from `t` and rq.redop / rq.scale from `op`; unsupported
+// combinations are recorded in rq.error (reported on every rank).
+void set_reduction(Request& rq, const c10d::ReduceOp& op);
+
+// 1-D contiguous concatenation of `ts` (the tensor itself when there is one
+// contiguous tensor).
+at::Tensor flat_of(const std::vector<at::Tensor>& ts);
+// A 1-D contiguous buffer to receive `numel` elements for `ts`: `ts[0]` itself
+// when it is one contiguous tensor of that size, else a new empty tensor.
+at::Tensor flat_out_for(const std::vector<at::Tensor>& ts, int64_t numel, const at::Tensor& like);
+// Copies `flat` back into `ts` (in order) unless flat already is ts[0].
+void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& ts);
+
+// Local checks shared by ops: all tensors share the dtype of ts[0]; message on failure.
+std::string check_same_dtype(const std::vector<at::Tensor>& ts);
+
+c10::intrusive_ptr<c10d::Work> completed_work(const std::vector<at::Tensor>& outputs);
+
+}  // namespace purlin::backend

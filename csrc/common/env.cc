@@ -1,0 +1,83 @@
+// env.cc — the registry of TORCH_PURLIN_* variables (see env.h).
+#include "common/env.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace purlin::env {
+
+const std::vector<Var>& registry() {
+  static const std::vector<Var> vars = {
+      {"TORCH_PURLIN_CPU_WORKSPACE_BYTES", "32M",
+       "Shared-memory workspace per rank for CPU tensors (two pipelining slots). Larger tensors are pipelined in "
+       "rounds."},
+      {"TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K",
+       "CPU all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes."},
+      {"TORCH_PURLIN_CUDA_WORKSPACE_BYTES", "64M",
+       "CUDA-IPC workspace per rank and group for CUDA tensors (two pipelining slots; at least 64K; the group uses "
+       "the smallest value any rank asks for). Larger tensors are pipelined in rounds."},
+      {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M",
+       "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes."},
+      {"TORCH_PURLIN_CUDA_BLOCKS", "0",
+       "Blocks per CUDA collective launch (0: the architecture's choice, 32 on sm_90, else 16; max 128; the group "
+       "uses the smallest value any rank asks for)."},
+      {"TORCH_PURLIN_FORCE_FALLBACK", "",
+       "Comma list of ops (e.g. all_reduce,broadcast) always served by the fallback backend (gloo for CPU "
+       "tensors, NCCL for CUDA tensors). 'all' forces every op."},
+      {"TORCH_PURLIN_LOG", "1", "0 silences the once-per-(op, reason) fallback log lines on stderr."},
+      {"TORCH_PURLIN_DEBUG", "0", "1 prints every new SNAC plan to stderr."},
+  };
+  return vars;
+}
+
+std::string get(const char* name) {
+  for (const Var& v : registry()) {
+    if (std::strcmp(v.name, name) == 0) {
+      const char* s = std::getenv(name);
+      return s ? std::string(s) : std::string(v.default_value);
+    }
+  }
+  throw std::invalid_argument(std::string("purlin: environment variable not in the registry: ") + name);
+}
+
+int64_t get_bytes(const char* name) {
+  const std::string s = get(name);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || v < 0) throw std::invalid_argument(std::string(name) + ": not a byte count: '" + s + "'");
+  int64_t mult = 1;
+  switch (std::toupper(static_cast<unsigned char>(*end))) {
+    case 'K': mult = int64_t{1} << 10; break;
+    case 'M': mult = int64_t{1} << 20; break;
+    case 'G': mult = int64_t{1} << 30; break;
+    case '\0': break;
+    default: throw std::invalid_argument(std::string(name) + ": bad suffix in '" + s + "'");
+  }
+  return static_cast<int64_t>(v * static_cast<double>(mult));
+}
+
+bool get_bool(const char* name) {
+  std::string s = get(name);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s == "1" || s == "true" || s == "yes" || s == "on";
+}
+
+std::vector<std::string> get_list(const char* name) {
+  std::string s = get(name);
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (!std::isspace(static_cast<unsigned char>(c))) {
+      cur.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    }
+  }
+  return out;
+}
+
+}  // namespace purlin::env

@@ -1,0 +1,30 @@
+// env.h — the one registry of TORCH_PURLIN_* environment variables.
+//
+// Every variable the project reads is listed in env.cc with its default and
+// meaning; code reads them only through these accessors. The table is exported
+// to Python (torch_purlin.env_vars()) and shown in the README.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace purlin::env {
+
+struct Var {
+  const char* name;
+  const char* default_value;
+  const char* meaning;
+};
+
+const std::vector<Var>& registry();
+
+// Value of a registered variable (its default when unset). Throws
+// std::invalid_argument for a name missing from the registry.
+std::string get(const char* name);
+int64_t get_bytes(const char* name);  // accepts K/M/G suffixes (powers of 1024)
+bool get_bool(const char* name);      // 1/true/yes/on
+// Comma-separated list, lower-cased, empty items dropped.
+std::vector<std::string> get_list(const char* name);
+
+}  // namespace purlin::env

@@ -1,0 +1,98 @@
+// plan.h — SNAC (Stage, Notify, And Consume): the plan one rank executes.
+//
+// A Plan is derived from (Spec, world, rank, workspace capacity) by
+// make_plan() and is a flat list of Ops that any Atom can execute in order:
+//   Wait    — acquire: block until flag (kind, from peer) >= value
+//   Signal  — release: raise flag (kind, from this rank) at peer to value
+//   Copy    — dst <- srcs[0], n elements
+//   Reduce  — dst <- reduction over srcs (in order), n elements
+// Buffers are named, not addressed: Input/Output are this rank's tensors,
+// Workspace(rank) is that rank's symmetric workspace as mapped here. The same
+// plan therefore runs on any datapath that can resolve the three buffers.
+//
+// NOTE [SNAC protocol] — how a plan moves one round of data
+//   Stage    each source copies its contributions for the round from its input
+//            into its own workspace slot (round % 2): peers then read only
+//            memory that stays valid however the owner reuses its tensors.
+//   Notify   the source raises Staged to value step(round, 0) at every rank
+//            that will read what it staged.
+//   Consume  each destination waits for Staged from each rank it reads, then
+//            copies (Copy) or reduces in ascending source order (Reduce) into
+//            its output, then raises Consumed to step(round, phase) at each
+//            rank it read from.
+//   Reuse    before staging round r >= 2 into slot r % 2 a source waits for
+//            Consumed >= the last step each reader of round r - 2 acked.
+// NOTE [two-shot] — a Reduce chunk with several destinations may be split
+//   among its destinations ("owners"): phase 0 consumes only the owner's
+//   slice, reduced into the owner's workspace (scratch); phase 1 is a Copy
+//   spec from each owner's scratch to the other destinations, with Notify at
+//   step(round, 1). One-shot and two-shot all_reduce are the same Spec; the
+//   option only changes how Consume is distributed.
+// NOTE [epochs] — flag values are step counters relative to the plan start;
+//   the executor adds the group's running base, so flags only ever grow and
+//   never need resetting (safe under graph replay with a device-side base).
+//   Workspace reuse *across* collectives needs no Consumed wait: a rank
+//   begins collective k+1 only after every peer arrived at k+1 (handshake),
+//   i.e. finished reading everything of collective k.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "snac/spec.h"
+
+namespace purlin::snac {
+
+enum class Buf : uint8_t { Input = 0, Output = 1, Workspace = 2 };
+
+struct Ref {
+  Buf buf = Buf::Input;
+  int32_t rank = 0;    // owner (Input/Output: always this plan's rank)
+  int64_t offset = 0;  // in elements from the buffer's start
+};
+
+enum class OpCode : uint8_t { Wait = 0, Signal = 1, Copy = 2, Reduce = 3 };
+enum class Flag : uint8_t { Staged = 1, Consumed = 2 };  // same numbers as atom::FlagKind
+
+struct Op {
+  OpCode code = OpCode::Copy;
+  Flag flag = Flag::Staged;  // Wait / Signal
+  int32_t peer = -1;         // Wait: who raises it; Signal: whose flag is raised
+  uint64_t value = 0;        // Wait / Signal: relative step (>= 1)
+  Ref dst;                   // Copy / Reduce
+  int64_t n = 0;             // Copy / Reduce: elements
+  int32_t src_begin = 0;     // Copy / Reduce: srcs[src_begin, src_begin + src_count)
+  int32_t src_count = 0;
+  const char* phase = "";    // for timeout messages (static strings)
+};
+
+enum class ReduceAlgo : uint8_t { OneShot = 0, TwoShot = 1 };
+
+struct PlanOptions {
+  int64_t slot_elems = 0;      // workspace capacity of one slot (two slots are used)
+  int64_t align_elems = 1;     // staged pieces start at multiples of this
+  ReduceAlgo reduce_algo = ReduceAlgo::OneShot;
+  bool direct_local = true;    // read own contributions straight from Input
+                               // (false when Input and Output overlap)
+};
+
+struct Plan {
+  int rank = 0;
+  int world = 1;
+  int rounds = 0;
+  uint64_t steps = 0;          // step counters advance by this much per run
+  int64_t workspace_elems = 0; // highest workspace element used + 1
+  std::vector<Op> ops;
+  std::vector<Ref> srcs;
+
+  std::string describe() const;  // human-readable listing (tests, docs)
+};
+
+inline uint64_t step_value(int round, int phase) { return 2ull * static_cast<uint64_t>(round) + phase + 1; }
+
+// Derives rank `rank`'s plan. Throws std::invalid_argument if the workspace
+// cannot hold even one aligned element per staged piece.
+Plan make_plan(const Spec& spec, int rank, const PlanOptions& opt);
+
+}  // namespace purlin::snac

@@ -1,0 +1,307 @@
+// planner.cc — derives a rank's SNAC plan from a Spec (see NOTEs in plan.h).
+//
+// Every rank derives the *global* round structure (who stages what where, who
+// reads whom) from the spec alone, then keeps the ops that are its own. So
+// every Wait a rank emits is matched by a Signal its peer emits for the same
+// (round, phase): the relation "d reads s" is computed once and used for both.
+#include <algorithm>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "snac/plan.h"
+
+namespace purlin::snac {
+
+namespace {
+
+int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+// One consumable unit of a round: elements [a, b) of a chunk. For two-shot
+// chunks there is one Piece per owner; `owner` is -1 otherwise.
+struct Piece {
+  int chunk;
+  int64_t a, b;
+  int owner;                     // two-shot owner (a dest rank) or -1
+  std::vector<int64_t> staged;   // per source index: workspace offset, or -1 if not staged
+  int64_t scratch = -1;          // two-shot: owner's workspace offset of the reduced slice
+};
+
+struct Round {
+  std::vector<Piece> pieces;
+  std::vector<int64_t> used;     // per rank: workspace elements used in its slot
+  // reads[p][d] = set of ranks d reads from in phase p (d never reads itself here).
+  std::vector<std::vector<std::set<int>>> reads;
+  bool two_shot = false;
+};
+
+class Planner {
+ public:
+  Planner(const Spec& s, const PlanOptions& o) : spec_(s), opt_(o), W_(s.world) {}
+
+  bool two_shot(const Chunk& c) const {
+    return spec_.kind == OpKind::Reduce && opt_.reduce_algo == ReduceAlgo::TwoShot && c.dests.size() > 1;
+  }
+
+  // Ranks that consume piece p's source contributions (phase 0).
+  std::vector<int> consumers(const Piece& p) const {
+    if (p.owner >= 0) return {p.owner};
+    std::vector<int> out;
+    for (const auto& d : spec_.chunks[p.chunk].dests) out.push_back(d.rank);
+    return out;
+  }
+
+  Round layout(int j, int K) const {
+    Round R;
+    R.used.assign(W_, 0);
+    R.reads.assign(2, std::vector<std::set<int>>(W_));
+    std::vector<int64_t> cursor(W_, (j % 2) * opt_.slot_elems);
+    for (size_t c = 0; c < spec_.chunks.size(); ++c) {
+      const Chunk& ch = spec_.chunks[c];
+      const int64_t L = ch.numel();
+      const int64_t a = L * j / K, b = L * (j + 1) / K;
+      if (a == b || ch.dests.empty()) continue;
+      if (two_shot(ch)) {
+        R.two_shot = true;
+        const int64_t D = static_cast<int64_t>(ch.dests.size());
+        for (int64_t k = 0; k < D; ++k) {
+          const int64_t sa = a + (b - a) * k / D, sb = a + (b - a) * (k + 1) / D;
+          if (sa != sb) R.pieces.push_back(Piece{static_cast<int>(c), sa, sb, ch.dests[k].rank, {}, -1});
+        }
+      } else {
+        R.pieces.push_back(Piece{static_cast<int>(c), a, b, -1, {}, -1});
+      }
+    }
+    for (Piece& p : R.pieces) {
+      const Chunk& ch = spec_.chunks[p.chunk];
+      const std::vector<int> cons = consumers(p);
+      for (const auto& src : ch.sources) {
+        bool staged = false;
+        for (int d : cons) {
+          if (d != src.rank) {
+            staged = true;
+            R.reads[0][d].insert(src.rank);
+          } else if (!opt_.direct_local) {
+            staged = true;
+          }
+        }
+        int64_t off = -1;
+        if (staged) {
+          off = align_up(cursor[src.rank], opt_.align_elems);
+          cursor[src.rank] = off + (p.b - p.a);
+        }
+        p.staged.push_back(off);
+      }
+    }
+    for (Piece& p : R.pieces) {
+      if (p.owner < 0) continue;
+      p.scratch = align_up(cursor[p.owner], opt_.align_elems);
+      cursor[p.owner] = p.scratch + (p.b - p.a);
+      for (const auto& d : spec_.chunks[p.chunk].dests)
+        if (d.rank != p.owner) R.reads[1][d.rank].insert(p.owner);
+    }
+    for (int r = 0; r < W_; ++r) R.used[r] = cursor[r] - (j % 2) * opt_.slot_elems;
+    return R;
+  }
+
+  bool fits(int K) const {
+    for (int j = 0; j < K; ++j) {
+      Round R = layout(j, K);
+      for (int64_t u : R.used)
+        if (u > opt_.slot_elems) return false;
+    }
+    return true;
+  }
+
+  int choose_rounds() const {
+    int64_t need = 0;
+    bool any = false;
+    Round one = layout(0, 1);
+    for (int64_t u : one.used) need = std::max(need, u);
+    for (const auto& ch : spec_.chunks) any |= ch.numel() > 0 && !ch.dests.empty();
+    if (!any) return 0;
+    if (opt_.slot_elems <= 0 && need > 0) throw std::invalid_argument("SNAC: workspace has no room");
+    int K = static_cast<int>(std::max<int64_t>(1, (need + opt_.slot_elems - 1) / std::max<int64_t>(1, opt_.slot_elems)));
+    for (int tries = 0; !fits(K); ++tries) {
+      if (tries > 64) throw std::invalid_argument("SNAC: workspace too small for spec '" + spec_.name + "'");
+      K += std::max(1, K / 8);
+    }
+    return K;
+  }
+
+  // Emits copy/reduce ops for elements [a, b) of a chunk, from `srcs` regions
+  // into `dst` region. A region index into `refs` gives the buffer and owner.
+  void transfer(Plan& plan, OpCode code, int64_t a, int64_t b, const std::vector<Ref>& refs,
+                const std::vector<Region>& regions, const char* phase) const {
+    std::vector<const Region*> rp;
+    for (const auto& r : regions) rp.push_back(&r);
+    for (const Span& s : common_spans(rp, a, b)) {
+      Op op;
+      op.code = code;
+      op.n = s.len;
+      op.dst = refs[0];
+      op.dst.offset = s.offsets[0];
+      op.src_begin = static_cast<int32_t>(plan.srcs.size());
+      op.src_count = static_cast<int32_t>(refs.size() - 1);
+      op.phase = phase;
+      for (size_t k = 1; k < refs.size(); ++k) {
+        Ref r = refs[k];
+        r.offset = s.offsets[k];
+        plan.srcs.push_back(r);
+      }
+      plan.ops.push_back(op);
+    }
+  }
+
+  // Ref + region of source k of piece p as read by `reader`.
+  void source_of(const Piece& p, size_t k, int reader, Ref* ref, Region* reg) const {
+    const Placement& src = spec_.chunks[p.chunk].sources[k];
+    if (src.rank == reader && p.staged[k] < 0) {
+      *ref = Ref{Buf::Input, reader, 0};
+      *reg = src.region;
+    } else {
+      *ref = Ref{Buf::Workspace, src.rank, 0};
+      *reg = Region::contiguous(p.staged[k] - p.a, p.b);  // element e lives at staged + (e - a)
+    }
+  }
+
+  static void signal(Plan& plan, Flag f, int peer, uint64_t v, const char* phase) {
+    Op op;
+    op.code = OpCode::Signal;
+    op.flag = f;
+    op.peer = peer;
+    op.value = v;
+    op.phase = phase;
+    plan.ops.push_back(op);
+  }
+  static void wait(Plan& plan, Flag f, int peer, uint64_t v, const char* phase) {
+    Op op;
+    op.code = OpCode::Wait;
+    op.flag = f;
+    op.peer = peer;
+    op.value = v;
+    op.phase = phase;
+    plan.ops.push_back(op);
+  }
+
+  void emit_round(Plan& plan, int r, int j, const Round& R, const Round* two_back) const {
+    // Reuse: readers of this slot two rounds ago must have acked.
+    if (two_back) {
+      for (int d = 0; d < W_; ++d) {
+        int last = -1;
+        for (int p = 0; p < 2; ++p)
+          if (two_back->reads[p][d].count(r)) last = p;
+        if (last >= 0) wait(plan, Flag::Consumed, d, step_value(j - 2, last), "stage: wait for readers to free the slot");
+      }
+    }
+    // Stage.
+    for (const Piece& p : R.pieces) {
+      const Chunk& ch = spec_.chunks[p.chunk];
+      for (size_t k = 0; k < ch.sources.size(); ++k) {
+        if (ch.sources[k].rank != r || p.staged[k] < 0) continue;
+        transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Workspace, r, 0}, Ref{Buf::Input, r, 0}},
+                 {Region::contiguous(p.staged[k] - p.a, p.b), ch.sources[k].region}, "stage");
+      }
+    }
+    // Notify phase 0.
+    for (int d = 0; d < W_; ++d)
+      if (R.reads[0][d].count(r)) signal(plan, Flag::Staged, d, step_value(j, 0), "notify");
+    // Consume phase 0.
+    for (int s : R.reads[0][r]) wait(plan, Flag::Staged, s, step_value(j, 0), "consume: wait for staged data");
+    for (const Piece& p : R.pieces) {
+      const Chunk& ch = spec_.chunks[p.chunk];
+      const Placement* mine = nullptr;
+      for (const auto& d : ch.dests)
+        if (d.rank == r) mine = &d;
+      const bool consume = p.owner >= 0 ? p.owner == r : mine != nullptr;
+      if (!consume) continue;
+      std::vector<Ref> refs;
+      std::vector<Region> regs;
+      if (p.owner >= 0) {
+        refs.push_back(Ref{Buf::Workspace, r, 0});
+        regs.push_back(Region::contiguous(p.scratch - p.a, p.b));
+      } else {
+        refs.push_back(Ref{Buf::Output, r, 0});
+        regs.push_back(mine->region);
+      }
+      for (size_t k = 0; k < ch.sources.size(); ++k) {
+        Ref ref;
+        Region reg;
+        source_of(p, k, r, &ref, &reg);
+        refs.push_back(ref);
+        regs.push_back(reg);
+      }
+      transfer(plan, spec_.kind == OpKind::Reduce ? OpCode::Reduce : OpCode::Copy, p.a, p.b, refs, regs,
+               p.owner >= 0 ? "consume: reduce owned slice" : "consume");
+    }
+    for (int s : R.reads[0][r]) signal(plan, Flag::Consumed, s, step_value(j, 0), "consume: ack");
+    if (!R.two_shot) return;
+    // Phase 1 (two-shot): owners' reduced slices are copied to the other dests.
+    for (int d = 0; d < W_; ++d)
+      if (R.reads[1][d].count(r)) signal(plan, Flag::Staged, d, step_value(j, 1), "notify reduced slice");
+    for (int o : R.reads[1][r]) wait(plan, Flag::Staged, o, step_value(j, 1), "consume: wait for reduced slice");
+    for (const Piece& p : R.pieces) {
+      if (p.owner < 0) continue;
+      for (const auto& d : spec_.chunks[p.chunk].dests) {
+        if (d.rank != r) continue;
+        transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Output, r, 0}, Ref{Buf::Workspace, p.owner, 0}},
+                 {d.region, Region::contiguous(p.scratch - p.a, p.b)}, "consume reduced slice");
+      }
+    }
+    for (int o : R.reads[1][r]) signal(plan, Flag::Consumed, o, step_value(j, 1), "consume reduced slice: ack");
+  }
+
+  Plan build(int rank) const {
+    Plan plan;
+    plan.rank = rank;
+    plan.world = W_;
+    const int K = choose_rounds();
+    plan.rounds = K;
+    plan.steps = step_value(K, 0) - 1;
+    std::vector<Round> rounds;
+    for (int j = 0; j < K; ++j) rounds.push_back(layout(j, K));
+    for (int j = 0; j < K; ++j) {
+      emit_round(plan, rank, j, rounds[j], j >= 2 ? &rounds[j - 2] : nullptr);
+      plan.workspace_elems = std::max(plan.workspace_elems, (j % 2) * opt_.slot_elems + rounds[j].used[rank]);
+    }
+    return plan;
+  }
+
+ private:
+  const Spec& spec_;
+  PlanOptions opt_;
+  int W_;
+};
+
+}  // namespace
+
+Plan make_plan(const Spec& spec, int rank, const PlanOptions& opt) {
+  if (rank < 0 || rank >= spec.world) throw std::invalid_argument("SNAC: rank outside the world");
+  PlanOptions o = opt;
+  o.align_elems = std::max<int64_t>(1, o.align_elems);
+  return Planner(spec, o).build(rank);
+}
+
+std::string Plan::describe() const {
+  static const char* bufs[] = {"in", "out", "ws"};
+  static const char* codes[] = {"wait", "signal", "copy", "reduce"};
+  std::ostringstream os;
+  os << "plan rank " << rank << "/" << world << ": " << rounds << " rounds, " << ops.size() << " ops\n";
+  for (const Op& op : ops) {
+    os << "  " << codes[static_cast<int>(op.code)];
+    if (op.code == OpCode::Wait || op.code == OpCode::Signal) {
+      os << (op.flag == Flag::Staged ? " staged" : " consumed") << " peer=" << op.peer << " v=" << op.value;
+    } else {
+      os << " n=" << op.n << " " << bufs[static_cast<int>(op.dst.buf)] << op.dst.rank << "+" << op.dst.offset
+         << " <-";
+      for (int k = 0; k < op.src_count; ++k) {
+        const Ref& s = srcs[op.src_begin + k];
+        os << " " << bufs[static_cast<int>(s.buf)] << s.rank << "+" << s.offset;
+      }
+    }
+    os << "  [" << op.phase << "]\n";
+  }
+  return os.str();
+}
+
+}  // namespace purlin::snac

@@ -1,0 +1,73 @@
+# setup.py — builds torch_purlin._C against the installed torch.
+#
+# `pip install --no-build-isolation -e .` (torch must already be installed:
+# the extension links against that torch). Sources: csrc/{common,snac,atom/cpu,
+# backend}; the CUDA datapath (csrc/atom/cuda/*.cu, csrc/backend/cuda_*.cc,
+# built with -DPURLIN_WITH_CUDA) is added when torch has CUDA and nvcc is
+# found. PURLIN_CUDA_ARCHS="90" builds one architecture (quick device builds).
+import glob
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def sources(*patterns):
+    out = []
+    for p in patterns:
+        out += sorted(glob.glob(os.path.join("csrc", p)))
+    return out
+
+
+def with_cuda():
+    """The CUDA datapath is built when torch has CUDA and nvcc is there (PURLIN_NO_CUDA=1 skips it)."""
+    import torch
+
+    if os.environ.get("PURLIN_NO_CUDA") == "1" or torch.version.cuda is None or CUDA_HOME is None:
+        return False
+    return os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc"))
+
+
+def cuda_arch_flags():
+    """-gencode for PURLIN_CUDA_ARCHS (default "80;90;100") plus compute_90 PTX."""
+    archs = [a for a in os.environ.get("PURLIN_CUDA_ARCHS", "80;90;100").replace(",", ";").split(";") if a]
+    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    return flags + ["-gencode=arch=compute_90,code=compute_90"]
+
+
+cxx_flags = ["-O3", "-std=c++17", "-fvisibility=hidden"]
+srcs = sources("common/*.cc", "snac/*.cc", "atom/*.cc", "atom/cpu/*.cc", "backend/*.cc")
+cuda_glue = sources("backend/cuda_*.cc")  # torch-aware CUDA glue, only in CUDA builds
+srcs = [s for s in srcs if s not in cuda_glue]
+
+if with_cuda():
+    ext = CUDAExtension(
+        name="torch_purlin._C",
+        sources=srcs + cuda_glue + sources("atom/cuda/*.cu"),
+        include_dirs=[os.path.join(ROOT, "csrc")],
+        extra_compile_args={
+            "cxx": cxx_flags + ["-DPURLIN_WITH_CUDA"],
+            "nvcc": ["-O3", "-std=c++17", "--threads=4", "-DPURLIN_WITH_CUDA"] + cuda_arch_flags(),
+        },
+        libraries=["rt"],
+    )
+else:
+    ext = CppExtension(
+        name="torch_purlin._C",
+        sources=srcs,
+        include_dirs=[os.path.join(ROOT, "csrc")],
+        extra_compile_args={"cxx": cxx_flags},
+        libraries=["rt"],
+    )
+
+setup(
+    name="torch-purlin",
+    version="0.1.0",
+    description="torch.distributed backend for scale-up GPU collectives (spec -> SNAC -> Atom)",
+    packages=["torch_purlin"],
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    python_requires=">=3.10",
+)

@@ -1,0 +1,328 @@
+// test_cuda_plan_emulation.cc — the plan kernel's protocol, run on the CPU.
+//
+// Every rank x block of plan_kernel.cuh becomes a thread that interprets the
+// rank's lowered plan (atom/cuda/device_plan.h) exactly as the kernel does:
+// the same block partition (part_size), Wait/Signal on per-block flag slots,
+// LocalSync, the Done handshake that opens and closes every collective (NOTE
+// [device reuse]) and the per-block epochs. Each thread runs the whole
+// sequence of collectives like a stream: its rank's blocks meet between
+// collectives (a kernel boundary), ranks do not (no host handshake on GPUs).
+// Random pauses, and blocks that are made slow for a whole collective, shake
+// the interleavings. Hundreds of collectives of random kinds, sizes, in-place
+// layouts and workspace sizes run on one "group" and every output is checked
+// exactly (int32 sums), so a missing local barrier, a wrong epoch or an unsafe
+// workspace reuse shows up as a wrong value or a deadlock. (Removing the
+// LocalSync insertion or the Done wait makes it fail.)
+//
+// What it does not cover: the CUDA code itself (ptx.cuh, copy.cuh,
+// reduce.cuh), which the GPU tests (test/test_gpu_collectives.py) exercise.
+// Build: g++ -std=c++17 -O2 -Icsrc -x c++ csrc/atom/cuda/device_plan.cu -x none
+//        csrc/snac/{planner,spec,collectives}.cc csrc/common/types.cc this.cc -pthread
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "atom/cuda/device_plan.h"
+#include "atom/cuda/signal_pad.h"
+#include "snac/collectives.h"
+
+namespace cu = purlin::atom::cuda;
+namespace snac = purlin::snac;
+using purlin::RedOp;
+
+namespace {
+
+constexpr int kBlocks = 4;
+constexpr int64_t kEsize = 4;  // int32 elements
+
+int g_failed = 0;
+int64_t g_launches = 0, g_ops = 0, g_syncs = 0;
+
+struct RankState {
+  std::vector<int32_t> ws;                        // workspace: two slots
+  std::vector<std::atomic<uint64_t>> flags;       // [kind][from][block]
+  std::vector<std::atomic<uint64_t>> local;       // [block]
+  std::vector<uint64_t> base, lbase;              // [block]
+  RankState(int world, int64_t ws_elems)
+      : ws(ws_elems), flags(cu::kFlagKinds * world * kBlocks), local(kBlocks), base(kBlocks, 0), lbase(kBlocks, 0) {}
+};
+
+struct Group {
+  int world;
+  int64_t slot_elems;
+  std::vector<std::unique_ptr<RankState>> ranks;
+  Group(int w, int64_t slot) : world(w), slot_elems(slot) {
+    for (int r = 0; r < w; ++r) ranks.push_back(std::make_unique<RankState>(w, 2 * slot));
+  }
+  std::atomic<uint64_t>& flag(int at, int kind, int from, int block) {
+    return ranks[at]->flags[(static_cast<size_t>(kind) * world + from) * kBlocks + block];
+  }
+};
+
+// One rank's call: its plan and its Input / Output (pointers into its memory).
+struct Call {
+  cu::DevicePlan plan;
+  int32_t* in = nullptr;
+  int32_t* out = nullptr;
+};
+
+void pause(std::mt19937& rng, bool slow) {
+  const unsigned x = rng() % 64;
+  if (slow) std::this_thread::sleep_for(std::chrono::microseconds(100 + rng() % 400));
+  else if (x == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50));
+  else if (x < 8) std::this_thread::yield();
+}
+
+// The kernel boundary between a rank's collectives: its blocks meet.
+class RankBarrier {
+ public:
+  void arrive_and_wait() {
+    const uint64_t gen = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == kBlocks) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_acq_rel);
+    } else {
+      while (gen_.load(std::memory_order_acquire) == gen) std::this_thread::yield();
+    }
+  }
+
+ private:
+  std::atomic<int> count_{0};
+  std::atomic<uint64_t> gen_{0};
+};
+
+void wait_all(std::atomic<uint64_t>* slots, uint64_t target, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kBlocks; ++i)
+    while (slots[i].load(std::memory_order_acquire) < target) {
+      std::this_thread::yield();
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
+        std::fprintf(stderr, "DEADLOCK waiting for %s slot %d >= %llu\n", what, i, (unsigned long long)target);
+        std::abort();
+      }
+    }
+}
+
+// The body of plan_kernel<int32_t> for block b of rank r.
+void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool slow) {
+  RankState& me = *g.ranks[r];
+  const uint64_t base = me.base[b], lbase = me.lbase[b];
+  for (int q = 0; q < g.world; ++q)
+    if (q != r) wait_all(&g.flag(r, cu::kDone, q, 0), base, "Done");
+  auto resolve = [&](const cu::DevRef& ref) -> int32_t* {
+    switch (ref.buf) {
+      case cu::kInput: return c.in + ref.offset;
+      case cu::kOutput: return c.out + ref.offset;
+      default: return g.ranks[ref.rank]->ws.data() + ref.offset;
+    }
+  };
+  for (const cu::DevOp& op : c.plan.ops) {
+    pause(rng, slow);
+    switch (op.code) {
+      case cu::kWait: wait_all(&g.flag(r, op.flag, op.peer, 0), base + op.value, "Staged/Consumed"); break;
+      case cu::kSignal: g.flag(op.peer, op.flag, r, b).store(base + op.value, std::memory_order_release); break;
+      case cu::kLocalSync:
+        me.local[b].store(lbase + op.value, std::memory_order_release);
+        wait_all(me.local.data(), lbase + op.value, "local");
+        break;
+      case cu::kCopy:
+      case cu::kReduce: {
+        const int64_t per = cu::part_size(op.n, kBlocks, kEsize), lo = b * per, hi = std::min(op.n, lo + per);
+        if (lo >= hi) break;
+        int32_t* dst = resolve(op.dst) + lo;
+        std::vector<const int32_t*> srcs;
+        for (int k = 0; k < op.src_count; ++k) srcs.push_back(resolve(c.plan.srcs[op.src_begin + k]) + lo);
+        const int64_t mid = (hi - lo) / 2;  // a pause in the middle of the block's share
+        for (int64_t i = 0; i < hi - lo; ++i) {
+          if (i == mid) pause(rng, slow);
+          int32_t v = srcs[0][i];
+          for (size_t k = 1; k < srcs.size(); ++k) v = static_cast<int32_t>(static_cast<uint32_t>(v) + static_cast<uint32_t>(srcs[k][i]));
+          dst[i] = v;
+        }
+        break;
+      }
+    }
+  }
+  const uint64_t next = base + c.plan.steps + 1;
+  for (int q = 0; q < g.world; ++q)
+    if (q != r) g.flag(q, cu::kDone, r, b).store(next, std::memory_order_release);
+  me.base[b] = next;
+  me.lbase[b] = lbase + c.plan.local_syncs;
+}
+
+enum class Kind { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll };
+enum class Layout { Disjoint, InPlace };  // InPlace: the c10d in-place form of the op
+
+struct Case {
+  Kind kind;
+  Layout layout;
+  int64_t n;
+  bool two_shot;
+  int root;
+  std::vector<std::vector<int64_t>> splits;
+};
+
+std::string name_of(const Case& c) {
+  static const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"};
+  return std::string(kinds[static_cast<int>(c.kind)]) + (c.layout == Layout::InPlace ? " in-place" : "") +
+         (c.two_shot ? " two-shot" : "") + " n=" + std::to_string(c.n);
+}
+
+// One collective as every rank calls it: plans, memory, inputs.
+struct Prepared {
+  Case cs;
+  std::vector<std::vector<int32_t>> mem, inputs;
+  std::vector<Call> calls;
+};
+
+Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
+  const int W = g.world;
+  const int64_t n = cs.n;
+  snac::Spec spec;
+  switch (cs.kind) {
+    case Kind::AllReduce: spec = snac::all_reduce(W, n, RedOp::Sum); break;
+    case Kind::AllGather: spec = snac::all_gather(W, n); break;
+    case Kind::ReduceScatter: spec = snac::reduce_scatter(W, n, RedOp::Sum); break;
+    case Kind::Broadcast: spec = snac::broadcast(W, n, cs.root); break;
+    case Kind::AllToAll: spec = snac::all_to_all(W, cs.splits); break;
+  }
+  Prepared p;
+  p.cs = cs;
+  p.mem.resize(W);
+  p.inputs.resize(W);
+  p.calls.resize(W);
+  for (int r = 0; r < W; ++r) {
+    const int64_t ni = spec.input_numel[r], no = spec.output_numel[r];
+    std::uniform_int_distribution<int32_t> val(-1000, 1000);
+    p.inputs[r].resize(ni);
+    for (auto& v : p.inputs[r]) v = val(rng);
+    p.mem[r].assign(ni + no + 8, -7777777);
+    int32_t* in = p.mem[r].data();
+    int32_t* out = p.mem[r].data() + ni;
+    if (cs.layout == Layout::InPlace) {  // c10d's in-place forms
+      switch (cs.kind) {
+        case Kind::AllReduce: case Kind::Broadcast: out = in; break;  // the same tensor
+        case Kind::AllGather: in = out + r * n; break;                // input is the output's block r
+        case Kind::ReduceScatter: out = in + r * n; break;            // output is the input's block r
+        case Kind::AllToAll: break;
+      }
+    }
+    std::copy(p.inputs[r].begin(), p.inputs[r].end(), in);
+    cu::IoAlias alias = cu::IoAlias::Disjoint;
+    if (cs.layout == Layout::InPlace && cs.kind != Kind::AllToAll) alias = in == out ? cu::IoAlias::Same : cu::IoAlias::Overlap;
+    snac::PlanOptions opt;
+    opt.align_elems = cu::kPartBytes / kEsize;
+    opt.slot_elems = g.slot_elems;
+    opt.direct_local = alias == cu::IoAlias::Disjoint;
+    opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
+    p.calls[r].plan = cu::lower_plan(snac::make_plan(spec, r, opt), kBlocks, kEsize, alias);
+    p.calls[r].in = in;
+    p.calls[r].out = out;
+    g_ops += static_cast<int64_t>(p.calls[r].plan.ops.size());
+    g_syncs += p.calls[r].plan.local_syncs;
+  }
+  return p;
+}
+
+void check(const Group& g, const Prepared& p) {
+  const int W = g.world;
+  const Case& cs = p.cs;
+  const int64_t n = cs.n;
+  for (int r = 0; r < W; ++r) {
+    std::vector<int32_t> want;
+    switch (cs.kind) {
+      case Kind::AllReduce:
+        want.assign(n, 0);
+        for (int s = 0; s < W; ++s)
+          for (int64_t i = 0; i < n; ++i) want[i] += p.inputs[s][i];
+        break;
+      case Kind::AllGather:
+        for (int s = 0; s < W; ++s) want.insert(want.end(), p.inputs[s].begin(), p.inputs[s].end());
+        break;
+      case Kind::ReduceScatter:
+        want.assign(n, 0);
+        for (int s = 0; s < W; ++s)
+          for (int64_t i = 0; i < n; ++i) want[i] += p.inputs[s][r * n + i];
+        break;
+      case Kind::Broadcast:
+        if (r == cs.root && cs.layout == Layout::Disjoint) continue;  // the root's output is not written
+        want = r == cs.root ? p.inputs[r] : p.inputs[cs.root];
+        break;
+      case Kind::AllToAll:
+        for (int s = 0; s < W; ++s) {
+          int64_t off = 0;
+          for (int d = 0; d < r; ++d) off += cs.splits[s][d];
+          want.insert(want.end(), p.inputs[s].begin() + off, p.inputs[s].begin() + off + cs.splits[s][r]);
+        }
+        break;
+    }
+    for (size_t i = 0; i < want.size(); ++i)
+      if (p.calls[r].out[i] != want[i]) {
+        std::printf("FAIL %s world=%d slot=%lld rank %d: element %zu is %d, expected %d (local barriers %u)\n",
+                    name_of(cs).c_str(), W, (long long)g.slot_elems, r, i, p.calls[r].out[i], want[i],
+                    p.calls[r].plan.local_syncs);
+        ++g_failed;
+        break;
+      }
+  }
+}
+
+// Runs the collectives in order on every rank: one thread per (rank, block),
+// like one kernel launch per collective on one stream per rank.
+void run_sequence(Group& g, const std::vector<Prepared>& seq, unsigned seed) {
+  std::vector<RankBarrier> boundary(g.world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < g.world; ++r)
+    for (int b = 0; b < kBlocks; ++b)
+      threads.emplace_back([&g, &seq, &boundary, r, b, seed]() {
+        std::mt19937 rng(seed * 1000003u + static_cast<unsigned>(r * kBlocks + b));
+        for (const Prepared& p : seq) {
+          if (p.calls[r].plan.rounds == 0) continue;  // not launched (on any rank)
+          const bool slow = rng() % 6 == 0;           // a straggler block for this collective
+          run_block(g, r, b, p.calls[r], rng, slow);
+          boundary[r].arrive_and_wait();
+        }
+      });
+  for (auto& t : threads) t.join();
+  for (const Prepared& p : seq) g_launches += p.calls[0].plan.rounds > 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iters = argc > 1 ? std::atoi(argv[1]) : 150;
+  std::mt19937 rng(12345);
+  int ran = 0;
+  for (int world : {2, 3}) {
+    for (int64_t slot : {int64_t{512}, int64_t{1024}, int64_t{1} << 20}) {
+      Group g(world, slot);
+      std::vector<Prepared> seq;
+      for (int it = 0; it < iters; ++it) {
+        Case c;
+        c.kind = static_cast<Kind>(rng() % 5);
+        c.layout = rng() % 2 ? Layout::InPlace : Layout::Disjoint;
+        static const int64_t sizes[] = {0, 1, 5, 127, 128, 129, 700, 1000, 2049, 5000};
+        c.n = sizes[rng() % 10];
+        c.two_shot = c.kind == Kind::AllReduce && rng() % 2;
+        c.root = static_cast<int>(rng() % world);
+        c.splits.assign(world, std::vector<int64_t>(world, 0));
+        for (auto& row : c.splits)
+          for (auto& s : row) s = rng() % 4 == 0 ? 0 : static_cast<int64_t>(rng() % 900);
+        seq.push_back(prepare(g, c, rng));
+      }
+      run_sequence(g, seq, static_cast<unsigned>(rng()));
+      for (const Prepared& p : seq) check(g, p);
+      ran += iters;
+    }
+  }
+  std::printf("cuda plan emulation: %d collectives (%lld launched, %lld ops, %lld local barriers), %d failed\n", ran,
+              (long long)g_launches, (long long)g_ops, (long long)g_syncs, g_failed);
+  return g_failed ? 1 : 0;
+}

@@ -1,0 +1,84 @@
+"""smoke.py — a 20-second check of the CUDA datapath on 2 GPUs (build first).
+
+    python3 test/gpu/smoke.py     # prints one line per check, exits non-zero on a failure
+"""
+import os
+import sys
+import tempfile
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def main(rank, world, init):
+    torch.cuda.set_device(rank)
+    import torch_purlin
+    dist.init_process_group("cpu:gloo,cuda:nccl", init_method=f"file://{init}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    pg = dist.new_group(backend="purlin", timeout=timedelta(seconds=10))
+    dev = torch.device("cuda", rank)
+    bad = 0
+
+    def check(name, ok):
+        nonlocal bad
+        bad += not ok
+        if rank == 0 or not ok:
+            print(f"[rank {rank}] {'OK  ' if ok else 'FAIL'} {name}", flush=True)
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        for n in (1, 1000, 1_000_003):
+            x = (torch.arange(n, device=dev) % 7 + rank + 1).to(dtype)
+            ref = x.clone()
+            dist.all_reduce(x, group=pg)
+            dist.all_reduce(ref)
+            check(f"all_reduce {dtype} n={n}", torch.equal(x, ref))
+    n = 4099
+    x = torch.arange(n, device=dev, dtype=torch.float32) + 1000 * rank
+    out, ref = torch.zeros(world * n, device=dev), torch.zeros(world * n, device=dev)
+    dist.all_gather_into_tensor(out, x, group=pg)
+    dist.all_gather_into_tensor(ref, x)
+    check("all_gather_into_tensor", torch.equal(out, ref))
+    big = torch.arange(world * n, device=dev, dtype=torch.float32) * (rank + 1)
+    rs, rref = torch.zeros(n, device=dev), torch.zeros(n, device=dev)
+    dist.reduce_scatter_tensor(rs, big, group=pg)
+    dist.reduce_scatter_tensor(rref, big)
+    check("reduce_scatter_tensor", torch.equal(rs, rref))
+    b = x.clone()
+    dist.broadcast(b, src=1, group=pg)
+    check("broadcast", torch.equal(b, torch.arange(n, device=dev, dtype=torch.float32) + 1000))
+    ins = [3 + rank, 5]
+    outs = [3 if rank == 0 else 5, 4 if rank == 0 else 5]
+    a_in = torch.arange(sum(ins), device=dev, dtype=torch.float32) + 100 * rank
+    a, aref = torch.zeros(sum(outs), device=dev), torch.zeros(sum(outs), device=dev)
+    dist.all_to_all_single(a, a_in, outs, ins, group=pg)
+    dist.all_to_all_single(aref, a_in, outs, ins)
+    check("all_to_all_single uneven", torch.equal(a, aref))
+    t = torch.ones(1 << 20, device=dev)
+    w = dist.all_reduce(t, group=pg, async_op=True)
+    w.wait()
+    check("async all_reduce", bool(torch.all(t == world)))
+    inp = torch.full((8192,), float(rank + 1), device=dev)
+    buf = torch.empty_like(inp)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        buf.copy_(inp)
+        dist.all_reduce(buf, group=pg)
+        inp.add_(1.0)
+    for k in range(1, 201):
+        g.replay()
+    torch.cuda.synchronize()
+    check("graph all_reduce x200", bool(torch.all(buf == 3 + 2 * 199)))
+    cnt = torch_purlin.counters(pg, "cuda")
+    check(f"no fallback {cnt}", all(v[1] == 0 for v in cnt.values()))
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as d:
+        ctx = mp.start_processes(main, args=(2, os.path.join(d, "init")), nprocs=2, start_method="spawn", join=False)
+        while not ctx.join(timeout=60):
+            pass

@@ -1,0 +1,144 @@
+"""The purlin backend as torch.distributed sees it, on CPU tensors:
+registration strings, subgroups, custom collectives, fallbacks and their
+counters, point-to-point, /dev/shm hygiene (also when a rank is killed) and
+TORCH_DISTRIBUTED_DEBUG=DETAIL's collective-mismatch checker.
+"""
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+from torch.testing._internal.common_utils import run_tests
+
+from mp_util import BACKEND, DistTestCase, make_input, spawned
+
+import unittest
+
+if BACKEND != "purlin":
+    raise unittest.SkipTest("purlin-specific tests")
+
+import torch_purlin  # noqa: E402
+
+
+def shm_segments(prefix="purlin_"):
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith(prefix))
+
+
+class BackendCpuTest(DistTestCase):
+    WORLD_SIZE = 3
+
+    @spawned
+    def test_custom_interleaved_all_gather(self):
+        rows, row_len = 5, 3
+        x = make_input(self.next_seed(), self.rank, (rows, row_len), torch.float32)
+        out = torch.full((rows * self.world_size, row_len), float("nan"))
+        torch_purlin.interleaved_all_gather(out, x)
+        for r in range(self.world_size):
+            xr = make_input(self._case, r, (rows, row_len), torch.float32)
+            for i in range(rows):
+                self.assertTrue(torch.equal(out[i * self.world_size + r], xr[i]))
+        # The same collective as an explicit Spec, run through the public API.
+        spec = torch_purlin.specs.interleaved_all_gather(self.world_size, rows, row_len)
+        out2 = torch.full_like(out, float("nan"))
+        torch_purlin.run_spec(spec, x, out2)
+        self.assertTrue(torch.equal(out, out2))
+        self.assertGreaterEqual(torch_purlin.counters()["custom"][0], 2)
+
+    @spawned
+    def test_subgroup_and_mixed_backend_string(self):
+        sub = dist.new_group([0, 2], backend="purlin")
+        x = torch.arange(4, dtype=torch.float32) + self.rank
+        if self.rank in (0, 2):
+            dist.all_reduce(x, group=sub)
+            self.assertTrue(torch.equal(x, torch.arange(4, dtype=torch.float32) * 2 + 2))
+        mixed = dist.new_group(backend="cpu:purlin,cuda:gloo")
+        y = torch.ones(3) * (self.rank + 1)
+        dist.all_reduce(y, group=mixed)
+        self.assertTrue(torch.equal(y, torch.full((3,), 6.0)))
+        self.assertEqual(torch_purlin.counters(mixed)["all_reduce"], (1, 0))
+
+    @spawned
+    def test_point_to_point_uses_gloo_fallback_between_two_ranks(self):
+        # Only ranks 0 and 1 take part: the lazily created gloo fallback must
+        # not need rank 2.
+        t = torch.arange(6, dtype=torch.int64) * (self.rank + 1)
+        if self.rank == 0:
+            dist.send(t, dst=1)
+        elif self.rank == 1:
+            got = torch.empty_like(t)
+            dist.recv(got, src=0)
+            self.assertTrue(torch.equal(got, torch.arange(6)))
+            self.assertEqual(torch_purlin.counters()["recv"], (0, 1))
+        dist.barrier()
+        self.assertGreaterEqual(torch_purlin.counters()["barrier"][0], 1)
+
+    @spawned
+    def test_shm_is_unlinked_after_setup_and_destroy(self):
+        dist.all_reduce(torch.ones(10))
+        dist.barrier()
+        self.assertEqual([s for s in shm_segments() if s.startswith(f"purlin_{os.getpid()}")], [])
+        dist.destroy_process_group()
+        self.assertEqual([s for s in shm_segments() if s.startswith(f"purlin_{os.getpid()}")], [])
+
+
+class ForcedFallbackTest(DistTestCase):
+    WORLD_SIZE = 2
+
+    @spawned
+    def test_forced_fallback_is_counted_and_correct(self):
+        os.environ["TORCH_PURLIN_FORCE_FALLBACK"] = "broadcast"
+        g = dist.new_group(backend="purlin")
+        x = torch.arange(8, dtype=torch.float32) if self.rank == 0 else torch.zeros(8)
+        dist.broadcast(x, 0, group=g)
+        self.assertTrue(torch.equal(x, torch.arange(8, dtype=torch.float32)))
+        y = torch.ones(8)
+        dist.all_reduce(y, group=g)
+        c = torch_purlin.counters(g)
+        self.assertEqual(c["broadcast"], (0, 1))
+        self.assertEqual(c["all_reduce"], (1, 0))
+        del os.environ["TORCH_PURLIN_FORCE_FALLBACK"]
+
+
+class KilledRankTest(DistTestCase):
+    WORLD_SIZE = 2
+
+    def _check_return_codes(self, fn, elapsed_time):
+        # Rank 1 kills itself on purpose; rank 0 must finish its checks cleanly.
+        self.assertEqual(self.processes[1].exitcode, -signal.SIGKILL)
+        self.assertEqual(self.processes[0].exitcode, 0)
+
+    @spawned
+    def test_no_segments_left_when_a_rank_is_killed(self):
+        dist.all_reduce(torch.ones(4))
+        if self.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.5)
+        # Rank 0 created the name prefix from its pid; rank 1's segment too is gone.
+        self.assertEqual([s for s in shm_segments() if s.startswith(f"purlin_{os.getpid()}")], [])
+
+
+class DebugDetailTest(DistTestCase):
+    WORLD_SIZE = 2
+
+    def init_pg(self):
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+        dist.set_debug_level_from_env()  # torch read the variable at import
+        super().init_pg()
+
+    @spawned
+    def test_detail_mode_reports_mismatched_collectives(self):
+        x = torch.ones(4)
+        dist.all_reduce(x)
+        self.assertTrue(torch.equal(x, torch.full((4,), 2.0)))
+        # torch's wrapper (ProcessGroupWrapper, gloo-based) checks fingerprints
+        # before purlin runs anything.
+        with self.assertRaisesRegex(RuntimeError, "Detected mismatch between collectives"):
+            if self.rank == 0:
+                dist.all_reduce(x)
+            else:
+                dist.broadcast(x, 0)
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,682 @@
+"""GPU tests of purlin's native CUDA datapath (CUDA IPC workspaces + the plan kernel).
+
+Needs 2 GPUs (skips otherwise). One spawn of two processes, one per GPU, runs
+every case in sequence and writes one line per case; the pytest functions
+below then report the cases family by family, so the whole suite pays for
+process start-up and NCCL initialisation once.
+
+Reference: NCCL in the same processes (the default group is
+"cpu:gloo,cuda:nccl"), plus a float64/int64 CPU reduction of every rank's
+input (NOTE [recomputable inputs] in mp_util.py: rank r's input is drawn from
+a generator seeded by (case, r), so every rank can rebuild every input).
+Exact comparison for copies, integers and MIN/MAX; otherwise within
+RTOL[dtype] of sum_k |x_k| (fp32 accumulation, one rounding).
+
+    python -m pytest test/test_gpu_collectives.py     # or test/gpu/run_gpu_suite.sh
+"""
+import json
+import os
+import time
+import traceback
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+WORLD = 2
+SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "240"))
+PURLIN_TIMEOUT = timedelta(seconds=20)  # bounded device waits: a hang fails a case, not the suite
+PREMUL_FACTOR = 0.3
+RTOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+INTS = (torch.int32, torch.int8, torch.uint8, torch.int64, torch.int16)
+SIZES = (1, 3, 7, 127, 1000, 4099, 65537, 1_000_003)
+
+FAMILIES = (
+    "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
+    "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
+    "mixed_backend", "counters", "fallback", "timeout",
+)
+
+
+# ---- inputs and references ---------------------------------------------------------
+
+
+def ops_for(dtype):
+    if dtype.is_floating_point:
+        return ("sum", "avg", "product", "min", "max", "premul_sum")
+    return ("sum", "product", "min", "max")
+
+
+def make_op(name):
+    if name == "premul_sum":
+        return dist._make_nccl_premul_sum(PREMUL_FACTOR)
+    return getattr(dist.ReduceOp, name.upper())
+
+
+def make_input(seed, rank, n, dtype, op=None):
+    g = torch.Generator().manual_seed(seed * 1_000_003 + rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    if dtype.is_complex:
+        return torch.complex(torch.rand(n, generator=g) + 0.5, -torch.rand(n, generator=g) - 0.5).to(dtype)
+    if dtype.is_floating_point:
+        mag = 0.5 + torch.rand(n, generator=g, dtype=torch.float64)
+        sign = torch.randint(0, 2, (n,), generator=g) * 2 - 1
+        return (mag * sign).to(dtype)
+    info = torch.iinfo(dtype)
+    if op in ("min", "max"):
+        lo, hi = info.min, info.max
+    elif op == "product":
+        lo, hi = (1, 3) if dtype == torch.uint8 else (-3, 3)
+    else:
+        lo, hi = (0, 100) if dtype == torch.uint8 else (-100, 100)
+    x = torch.randint(lo, hi + 1, (n,), generator=g, dtype=torch.int64)
+    x[x == 0] = 1
+    return x.to(dtype)
+
+
+def cpu_reduce(xs, op):
+    wide = torch.float64 if xs[0].dtype.is_floating_point else torch.int64
+    x = torch.stack([t.to(wide) for t in xs])
+    if op in ("sum", "avg", "premul_sum"):
+        r = x.sum(0)
+        if op == "avg":
+            r = r / len(xs)
+        elif op == "premul_sum":
+            r = r * PREMUL_FACTOR
+    elif op == "product":
+        r = x.prod(0)
+    elif op == "min":
+        r = x.amin(0)
+    else:
+        r = x.amax(0)
+    return r
+
+
+def assert_equal(got, want, what):
+    got, want = got.cpu(), want.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype}{tuple(got.shape)} vs {want.dtype}{tuple(want.shape)}"
+    if not torch.equal(got, want):
+        bad = (got != want).nonzero()
+        i = tuple(bad[0].tolist())
+        raise AssertionError(f"{what}: {bad.shape[0]}/{got.numel()} elements differ; first at {i}: {got[i].item()!r} vs {want[i].item()!r}")
+
+
+def assert_reduced(got, xs, op, what):
+    """got (any device) is the reduction of xs under op."""
+    got = got.cpu()
+    dtype = xs[0].dtype
+    ref = cpu_reduce(xs, op)
+    if not dtype.is_floating_point:
+        # integers wrap like the device arithmetic (two's complement of the width)
+        return assert_equal(got, ref.to(dtype), what)
+    if op in ("min", "max"):
+        return assert_equal(got, ref.to(dtype), what)
+    scale = ref.abs() if op == "product" else torch.stack([t.double().abs() for t in xs]).sum(0) * {
+        "sum": 1.0, "avg": 1.0 / len(xs), "premul_sum": PREMUL_FACTOR}[op]
+    err = (got.double() - ref).abs()
+    bad = ~(err <= RTOL[dtype] * scale + 1e-300)
+    if bad.any():
+        i = int(bad.nonzero()[0])
+        raise AssertionError(f"{what}: {int(bad.sum())}/{got.numel()} elements off; first at {i}: got {got[i].item()!r}, "
+                             f"expected {ref[i].item()!r} (rtol {RTOL[dtype]})")
+
+
+def assert_close_to(got, ref, xs, op, what):
+    """got vs another backend's result ref: exact where the arithmetic is exact, else the reduction tolerance."""
+    if not xs[0].dtype.is_floating_point or op in ("min", "max"):
+        return assert_equal(got, ref, what)
+    scale = torch.stack([t.double().abs() for t in xs]).sum(0)
+    err = (got.cpu().double() - ref.cpu().double()).abs()
+    bad = ~(err <= 2 * RTOL[xs[0].dtype] * scale + 1e-300)
+    assert not bad.any(), f"{what}: differs from NCCL at {int(bad.sum())} elements"
+
+
+def nccl_has(dtype, op=None):
+    return dtype not in (torch.int16,) and not (op in ("avg", "premul_sum") and not dtype.is_floating_point)
+
+
+# ---- the worker -----------------------------------------------------------------------
+
+
+class Runner:
+    def __init__(self, rank, out_path):
+        self.rank = rank
+        self.out = open(out_path, "w")
+        self.case = 0
+        self.family = "?"
+
+    def seed(self):
+        self.case += 1
+        return self.case
+
+    def check(self, name, fn, *args):
+        t0 = time.time()
+        try:
+            fn(*args)
+            err = None
+        except Exception:  # noqa: BLE001 — every failure is recorded, the suite goes on
+            err = traceback.format_exc(limit=4)
+        self.out.write(json.dumps({"family": self.family, "case": name, "rank": self.rank, "error": err,
+                                   "s": round(time.time() - t0, 4)}) + "\n")
+        self.out.flush()
+
+
+def _worker(rank, world, init_file, out_dir):
+    os.environ.setdefault("TORCH_PURLIN_LOG", "1")
+    torch.cuda.set_device(rank)
+    import torch_purlin  # noqa: F401  registers "purlin"
+
+    dist.init_process_group("cpu:gloo,cuda:nccl", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120))
+    R = Runner(rank, os.path.join(out_dir, f"rank{rank}.jsonl"))
+    nccl = dist.group.WORLD
+    host = dist.new_group(backend="gloo")
+    pg = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
+    dev = torch.device("cuda", rank)
+    W = world
+
+    def inputs(n, dtype, op=None):
+        s = R.seed()
+        return [make_input(s, r, n, dtype, op) for r in range(W)]
+
+    # -- all_reduce --------------------------------------------------------------
+    R.family = "all_reduce"
+
+    def all_reduce_case(group, dtype, op, n, tag=""):
+        xs = inputs(n, dtype, op)
+        t = xs[rank].to(dev)
+        dist.all_reduce(t, op=make_op(op), group=group)
+        assert_reduced(t, xs, op, f"all_reduce{tag} {dtype} {op} n={n}")
+        if nccl_has(dtype, op):
+            ref = xs[rank].to(dev)
+            dist.all_reduce(ref, op=make_op(op), group=nccl)
+            assert_close_to(t, ref, xs, op, f"all_reduce{tag} {dtype} {op} n={n} vs NCCL")
+
+    for dtype in FLOATS + INTS:
+        for op in ops_for(dtype):
+            for n in SIZES if dtype in (torch.float32, torch.bfloat16) and op == "sum" else SIZES[:6] + (65537,):
+                R.check(f"{dtype} {op} n={n}", all_reduce_case, pg, dtype, op, n)
+    R.check("empty tensor", all_reduce_case, pg, torch.float32, "sum", 0)
+
+    # -- reduce -------------------------------------------------------------------
+    R.family = "reduce"
+
+    def reduce_case(dtype, op, n, root):
+        xs = inputs(n, dtype, op)
+        t = xs[rank].to(dev)
+        dist.reduce(t, dst=root, op=make_op(op), group=pg)
+        if rank == root:
+            assert_reduced(t, xs, op, f"reduce {dtype} {op} n={n} root={root}")
+        else:
+            assert_equal(t, xs[rank], "reduce: non-root input must stay unchanged")
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.float16):
+        for op in ("sum", "max", "product"):
+            for n in (1, 1000, 65537):
+                for root in range(W):
+                    R.check(f"{dtype} {op} n={n} root={root}", reduce_case, dtype, op, n, root)
+
+    # -- broadcast ----------------------------------------------------------------
+    R.family = "broadcast"
+
+    def broadcast_case(dtype, n, root):
+        xs = inputs(n, dtype)
+        t = xs[rank].to(dev)
+        dist.broadcast(t, src=root, group=pg)
+        assert_equal(t, xs[root], f"broadcast {dtype} n={n} root={root}")
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int8, torch.int64, torch.bool, torch.complex64,
+                  torch.complex128):
+        for n in (1, 7, 4099, 1_000_003):
+            for root in range(W):
+                R.check(f"{dtype} n={n} root={root}", broadcast_case, dtype, n, root)
+
+    # -- all_gather_into_tensor ------------------------------------------------------
+    R.family = "all_gather_into_tensor"
+
+    def all_gather_case(dtype, n, in_place):
+        xs = inputs(n, dtype)
+        out = torch.zeros(W * n, dtype=dtype, device=dev)
+        if in_place:
+            inp = out[rank * n:(rank + 1) * n]
+            inp.copy_(xs[rank].to(dev))
+        else:
+            inp = xs[rank].to(dev)
+        dist.all_gather_into_tensor(out, inp, group=pg)
+        assert_equal(out, torch.cat(xs), f"all_gather_into_tensor {dtype} n={n} in_place={in_place}")
+        ref = torch.zeros_like(out)
+        dist.all_gather_into_tensor(ref, xs[rank].to(dev), group=nccl)
+        assert_equal(out, ref, "vs NCCL")
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.uint8, torch.bool,
+                  torch.complex64):
+        for n in SIZES:
+            for in_place in (False, True):
+                R.check(f"{dtype} n={n} in_place={in_place}", all_gather_case, dtype, n, in_place)
+
+    # -- all_gather (list) ---------------------------------------------------------------
+    R.family = "all_gather"
+
+    def all_gather_list_case(dtype, n):
+        xs = inputs(n, dtype)
+        outs = [torch.zeros(n, dtype=dtype, device=dev) for _ in range(W)]
+        dist.all_gather(outs, xs[rank].to(dev), group=pg)
+        for r in range(W):
+            assert_equal(outs[r], xs[r], f"all_gather {dtype} n={n} block {r}")
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for n in (1, 1000, 65537):
+            R.check(f"{dtype} n={n}", all_gather_list_case, dtype, n)
+
+    # -- reduce_scatter_tensor -----------------------------------------------------------
+    R.family = "reduce_scatter_tensor"
+
+    def reduce_scatter_case(dtype, op, n, in_place):
+        xs = inputs(W * n, dtype, op)
+        inp = xs[rank].to(dev)
+        out = inp[rank * n:(rank + 1) * n] if in_place else torch.zeros(n, dtype=dtype, device=dev)
+        dist.reduce_scatter_tensor(out, inp, op=make_op(op), group=pg)
+        blocks = [x[rank * n:(rank + 1) * n] for x in xs]
+        assert_reduced(out, blocks, op, f"reduce_scatter_tensor {dtype} {op} n={n} in_place={in_place}")
+        if nccl_has(dtype, op):
+            ref = torch.zeros(n, dtype=dtype, device=dev)
+            dist.reduce_scatter_tensor(ref, xs[rank].to(dev), op=make_op(op), group=nccl)
+            assert_close_to(out, ref, blocks, op, "vs NCCL")
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int8, torch.float64):
+        for op in ("sum", "avg", "max", "premul_sum") if dtype.is_floating_point else ("sum", "min"):
+            for n in (1, 7, 1000, 65537, 500_001):
+                for in_place in (False, True):
+                    R.check(f"{dtype} {op} n={n} in_place={in_place}", reduce_scatter_case, dtype, op, n, in_place)
+
+    # -- all_to_all_single -----------------------------------------------------------------
+    R.family = "all_to_all_single"
+
+    def all_to_all_case(dtype, k, uneven):
+        # splits[s][d]: elements rank s sends to rank d (uneven: includes a zero split)
+        splits = [[(k * (1 + s + 2 * d) if uneven else k) * (0 if uneven and s == 0 and d == 1 else 1)
+                   for d in range(W)] for s in range(W)]
+        s0 = R.seed()
+        xs = [make_input(s0, r, sum(splits[r]), dtype) for r in range(W)]
+        out = torch.zeros(sum(splits[s][rank] for s in range(W)), dtype=dtype, device=dev)
+        ins = [splits[rank][d] for d in range(W)]
+        outs = [splits[s][rank] for s in range(W)]
+        if uneven:
+            dist.all_to_all_single(out, xs[rank].to(dev), outs, ins, group=pg)
+        else:
+            dist.all_to_all_single(out, xs[rank].to(dev), group=pg)
+        want = torch.cat([xs[s][sum(splits[s][:rank]):sum(splits[s][:rank + 1])] for s in range(W)])
+        assert_equal(out, want, f"all_to_all_single {dtype} k={k} uneven={uneven}")
+        ref = torch.zeros_like(out)
+        dist.all_to_all_single(ref, xs[rank].to(dev), outs, ins, group=nccl)
+        assert_equal(out, ref, "vs NCCL")
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for k in (1, 3, 1000, 300_001):
+            for uneven in (False, True):
+                R.check(f"{dtype} k={k} uneven={uneven}", all_to_all_case, dtype, k, uneven)
+
+    # -- gather / scatter ---------------------------------------------------------------------
+    R.family = "gather"
+
+    def gather_case(dtype, n, root):
+        xs = inputs(n, dtype)
+        lst = [torch.zeros(n, dtype=dtype, device=dev) for _ in range(W)] if rank == root else None
+        dist.gather(xs[rank].to(dev), lst, dst=root, group=pg)
+        if rank == root:
+            for r in range(W):
+                assert_equal(lst[r], xs[r], f"gather {dtype} n={n} root={root} block {r}")
+
+    for dtype in (torch.float32, torch.int32):
+        for n in (1, 1000, 65537):
+            for root in range(W):
+                R.check(f"{dtype} n={n} root={root}", gather_case, dtype, n, root)
+
+    R.family = "scatter"
+
+    def scatter_case(dtype, n, root):
+        xs = inputs(n, dtype)
+        out = torch.zeros(n, dtype=dtype, device=dev)
+        lst = [x.to(dev) for x in xs] if rank == root else None
+        dist.scatter(out, lst, src=root, group=pg)
+        assert_equal(out, xs[rank], f"scatter {dtype} n={n} root={root}")
+
+    for dtype in (torch.float32, torch.bfloat16):
+        for n in (1, 1000, 65537):
+            for root in range(W):
+                R.check(f"{dtype} n={n} root={root}", scatter_case, dtype, n, root)
+
+    # -- barrier -------------------------------------------------------------------------------
+    R.family = "barrier"
+    R.check("barrier x3", lambda: [dist.barrier(group=pg) for _ in range(3)])
+
+    # -- unaligned: slices at odd element offsets --------------------------------------------------
+    R.family = "unaligned"
+
+    def unaligned_all_reduce(dtype, n, off):
+        xs = inputs(n, dtype, "sum")
+        big = torch.zeros(n + 5, dtype=dtype, device=dev)
+        t = big[off:off + n]
+        t.copy_(xs[rank].to(dev))
+        dist.all_reduce(t, group=pg)
+        assert_reduced(t, xs, "sum", f"unaligned all_reduce {dtype} n={n} offset={off}")
+        assert_equal(big[:off], torch.zeros(off, dtype=dtype), "bytes before the slice")
+        assert_equal(big[off + n:], torch.zeros(5 - off, dtype=dtype), "bytes after the slice")
+
+    def unaligned_all_gather(dtype, n, off):
+        xs = inputs(n, dtype)
+        big = torch.zeros(W * n + 5, dtype=dtype, device=dev)
+        out = big[off:off + W * n]
+        src = torch.zeros(n + 3, dtype=dtype, device=dev)[1:n + 1]
+        src.copy_(xs[rank].to(dev))
+        dist.all_gather_into_tensor(out, src, group=pg)
+        assert_equal(out, torch.cat(xs), f"unaligned all_gather {dtype} n={n} offset={off}")
+
+    def unaligned_reduce_scatter(dtype, n, off):
+        xs = inputs(W * n, dtype, "sum")
+        big = torch.zeros(W * n + 5, dtype=dtype, device=dev)
+        inp = big[off:off + W * n]
+        inp.copy_(xs[rank].to(dev))
+        out = torch.zeros(n + 2, dtype=dtype, device=dev)[1:n + 1]
+        dist.reduce_scatter_tensor(out, inp, group=pg)
+        assert_reduced(out, [x[rank * n:(rank + 1) * n] for x in xs], "sum", f"unaligned reduce_scatter {dtype} n={n}")
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int8, torch.float16):
+        for n in (1, 33, 4099, 100_003):
+            for off in (1, 3):
+                R.check(f"all_reduce {dtype} n={n} off={off}", unaligned_all_reduce, dtype, n, off)
+                R.check(f"all_gather {dtype} n={n} off={off}", unaligned_all_gather, dtype, n, off)
+                R.check(f"reduce_scatter {dtype} n={n} off={off}", unaligned_reduce_scatter, dtype, n, off)
+
+    # -- small workspace: tensors much larger than it (many rounds, device-resident plans, two-shot) ----
+    R.family = "small_workspace"
+    saved = {k: os.environ.get(k) for k in ("TORCH_PURLIN_CUDA_WORKSPACE_BYTES", "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES")}
+    os.environ["TORCH_PURLIN_CUDA_WORKSPACE_BYTES"] = "64K"
+    os.environ["TORCH_PURLIN_CUDA_TWO_SHOT_BYTES"] = "16K"
+    small = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        for n in (1, 1000, 100_003, 1_000_003):
+            R.check(f"all_reduce {dtype} n={n}", all_reduce_case, small, dtype, "sum", n, " (64K workspace)")
+    R.check("all_reduce f32 max n=300001", all_reduce_case, small, torch.float32, "max", 300_001, " (64K workspace)")
+    R.check("all_reduce f32 premul n=300001", all_reduce_case, small, torch.float32, "premul_sum", 300_001, " (64K)")
+
+    def small_copy_ops(n):
+        xs = inputs(n, torch.float32)
+        out = torch.zeros(W * n, device=dev)
+        dist.all_gather_into_tensor(out, xs[rank].to(dev), group=small)
+        assert_equal(out, torch.cat(xs), f"all_gather n={n} (64K workspace)")
+        t = xs[rank].to(dev)
+        dist.broadcast(t, src=1, group=small)
+        assert_equal(t, xs[1], f"broadcast n={n} (64K workspace)")
+        big = torch.cat(xs).to(dev) + rank
+        o = torch.zeros(n, device=dev)
+        dist.reduce_scatter_tensor(o, big, group=small)
+        assert_reduced(o, [torch.cat(xs)[rank * n:(rank + 1) * n] + r for r in range(W)], "sum",
+                       f"reduce_scatter n={n} (64K workspace)")
+        a2a = torch.zeros(W * n, device=dev)
+        dist.all_to_all_single(a2a, big, group=small)
+        ref = torch.zeros_like(a2a)
+        dist.all_to_all_single(ref, big, group=nccl)
+        assert_equal(a2a, ref, f"all_to_all_single n={n} (64K workspace) vs NCCL")
+
+    for n in (5, 40_000, 500_001):
+        R.check(f"copy ops n={n}", small_copy_ops, n)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+    # -- async_op=True overlapping with compute ------------------------------------------------------
+    R.family = "async"
+
+    def async_case(n):
+        xs = inputs(n, torch.float32, "sum")
+        t = xs[rank].to(dev)
+        a = torch.randn(1024, 1024, device=dev)
+        w = dist.all_reduce(t, group=pg, async_op=True)
+        b = a @ a  # compute queued on the current stream while the collective runs on purlin's stream
+        outs = [torch.zeros(n, device=dev) for _ in range(W)]
+        w2 = dist.all_gather(outs, xs[rank].to(dev), group=pg, async_op=True)
+        w.wait()
+        w2.wait()
+        c = b.sum()
+        assert_reduced(t, xs, "sum", f"async all_reduce n={n}")
+        for r in range(W):
+            assert_equal(outs[r], xs[r], f"async all_gather n={n}")
+        assert torch.isfinite(c)
+        fut = dist.all_reduce(t, group=pg, async_op=True).get_future()
+        got = fut.wait()[0]
+        # t held the sum S already, so the second all_reduce gives W * S
+        assert_reduced(got, [torch.stack(xs).sum(0)] * W, "sum", "get_future() of an async all_reduce")
+        torch.cuda.synchronize()
+        assert w.is_completed()
+
+    for n in (1, 4099, 1_000_003):
+        R.check(f"all_reduce + all_gather n={n}", async_case, n)
+
+    # -- CUDA graph capture + replay -------------------------------------------------------------------
+    R.family = "graph"
+
+    def graph_all_reduce_1000():
+        n = 8192
+        inp = torch.full((n,), float(rank + 1), device=dev)
+        buf = torch.empty_like(inp)
+        dist.all_reduce(buf, group=pg)  # warm-up outside capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            buf.copy_(inp)
+            dist.all_reduce(buf, group=pg)
+            inp.add_(1.0)
+        base = sum(r + 1 for r in range(W))
+        for k in range(1, 1001):
+            g.replay()
+            if k % 100 == 0:
+                torch.cuda.synchronize()
+                want = float(base + W * (k - 1))
+                assert torch.all(buf == want), f"replay {k}: got {buf[:4].tolist()}, want {want}"
+
+    R.check("all_reduce x1000 replays", graph_all_reduce_1000)
+
+    def graph_every_op():
+        n = 4099
+        split = [[3 + s if d == 0 else 5 for d in range(W)] for s in range(W)]  # split[s][d]: s sends to d
+        splits_in = split[rank]
+        splits_out = [split[s][rank] for s in range(W)]
+        x = torch.zeros(n, device=dev)
+        ag = torch.zeros(W * n, device=dev)
+        rs_in = torch.zeros(W * n, device=dev)
+        rs = torch.zeros(n, device=dev)
+        bc = torch.zeros(n, device=dev)
+        red = torch.zeros(n, device=dev)
+        a2a_in = torch.zeros(sum(splits_in), device=dev)
+        a2a = torch.zeros(sum(splits_out), device=dev)
+        lst = [torch.zeros(n, device=dev) for _ in range(W)]
+        ar_async = torch.zeros(n, device=dev)
+
+        def body():
+            ag.zero_()
+            dist.all_gather_into_tensor(ag, x, group=pg)
+            dist.reduce_scatter_tensor(rs, rs_in, group=pg)
+            bc.copy_(x)
+            dist.broadcast(bc, src=1, group=pg)
+            red.copy_(x)
+            dist.reduce(red, dst=0, group=pg)
+            dist.all_to_all_single(a2a, a2a_in, splits_out, splits_in, group=pg)
+            dist.all_gather(lst, x, group=pg)
+            ar_async.copy_(x)
+            dist.all_reduce(ar_async, group=pg, async_op=True).wait()
+
+        body()  # warm-up: plans exist before capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            body()
+        for it in range(3):
+            s = R.seed()
+            xs = [make_input(s, r, n, torch.float32) for r in range(W)]
+            rss = [make_input(s + 7, r, W * n, torch.float32) for r in range(W)]
+            a2as = [make_input(s + 9, r, sum(split[r]), torch.float32) for r in range(W)]
+            x.copy_(xs[rank].to(dev))
+            rs_in.copy_(rss[rank].to(dev))
+            a2a_in.copy_(a2as[rank].to(dev))
+            g.replay()
+            torch.cuda.synchronize()
+            assert_equal(ag, torch.cat(xs), f"graph all_gather_into_tensor it={it}")
+            assert_reduced(rs, [r_[rank * n:(rank + 1) * n] for r_ in rss], "sum", f"graph reduce_scatter it={it}")
+            assert_equal(bc, xs[1], f"graph broadcast it={it}")
+            if rank == 0:
+                assert_reduced(red, xs, "sum", f"graph reduce it={it}")
+            want = torch.cat([a2as[s_][sum(split[s_][:rank]):sum(split[s_][:rank + 1])] for s_ in range(W)])
+            assert_equal(a2a, want, f"graph all_to_all_single it={it}")
+            for r in range(W):
+                assert_equal(lst[r], xs[r], f"graph all_gather list it={it}")
+            assert_reduced(ar_async, xs, "sum", f"graph async all_reduce it={it}")
+
+    R.check("every op in one graph, 3 replays", graph_every_op)
+
+    # -- "cpu:purlin,cuda:purlin": both tensor kinds in one program --------------------------------------
+    R.family = "mixed_backend"
+    mixed = dist.new_group(backend="cpu:purlin,cuda:purlin", timeout=PURLIN_TIMEOUT)
+
+    def mixed_case():
+        xs = inputs(1000, torch.float32, "sum")
+        c = xs[rank].clone()
+        g = xs[rank].to(dev)
+        dist.all_reduce(c, group=mixed)
+        dist.all_reduce(g, group=mixed)
+        assert_reduced(c, xs, "sum", "cpu tensor")
+        assert_reduced(g, xs, "sum", "cuda tensor")
+        out = torch.zeros(W * 1000, device=dev)
+        dist.all_gather_into_tensor(out, g, group=mixed)
+        cnt = torch_purlin.counters(mixed, "cuda")
+        assert cnt["all_reduce"] == (2, 0), cnt
+        assert cnt["all_gather_into_tensor"] == (1, 0), cnt
+
+    R.check("all_reduce cpu + cuda", mixed_case)
+
+    # -- counters: every native op above ran natively ---------------------------------------------------
+    R.family = "counters"
+
+    def counters_case():
+        cnt = torch_purlin.counters(pg, "cuda")
+        for op in ("all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather",
+                   "reduce_scatter_tensor", "all_to_all_single", "gather", "scatter"):
+            assert op in cnt and cnt[op][0] > 0, f"{op} never ran natively: {cnt}"
+            assert cnt[op][1] == 0, f"{op} fell back {cnt[op][1]} times: {cnt}"
+
+    R.check("no CUDA op fell back", counters_case)
+
+    # -- fallback to NCCL: bool / complex reductions, TORCH_PURLIN_FORCE_FALLBACK --------------------------
+    R.family = "fallback"
+    os.environ["TORCH_PURLIN_FORCE_FALLBACK"] = "broadcast"
+    fb = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
+    os.environ.pop("TORCH_PURLIN_FORCE_FALLBACK")
+
+    def fallback_case():
+        b = (torch.arange(10, device=dev) % (rank + 2)) == 0
+        dist.all_reduce(b, op=dist.ReduceOp.MAX, group=fb)  # bool reduction: NCCL
+        want = torch.zeros(10, dtype=torch.bool)
+        for r in range(W):
+            want |= (torch.arange(10) % (r + 2)) == 0
+        assert_equal(b, want, "bool all_reduce via NCCL")
+        z = torch.full((5,), complex(rank, 1), dtype=torch.complex64, device=dev)
+        dist.all_reduce(z, group=fb)  # complex reduction: NCCL
+        assert_equal(z, torch.full((5,), complex(sum(range(W)), W), dtype=torch.complex64), "complex all_reduce")
+        t = torch.full((7,), float(rank), device=dev)
+        dist.broadcast(t, src=1, group=fb)  # forced
+        assert_equal(t, torch.full((7,), 1.0), "forced broadcast")
+        zz = torch.zeros(10, dtype=torch.complex64, device=dev)
+        dist.all_gather_into_tensor(zz, z, group=fb)  # complex copy: native
+        cnt = torch_purlin.counters(fb, "cuda")
+        assert cnt["all_reduce"] == (0, 2), cnt
+        assert cnt["broadcast"] == (0, 1), cnt
+        assert cnt["all_gather_into_tensor"] == (1, 0), cnt
+
+    R.check("bool/complex reductions and a forced op use NCCL", fallback_case)
+
+    # -- timeout: a rank that never arrives is named, the process stays usable ------------------------------
+    R.family = "timeout"
+    to = dist.new_group(backend="purlin", timeout=timedelta(seconds=3))
+
+    def timeout_case():
+        t = torch.ones(16, device=dev)
+        dist.all_reduce(t, group=to)  # sets the workspace up on both ranks
+        torch.cuda.synchronize()
+        dist.barrier(group=host)
+        if rank == 0:
+            dist.all_reduce(t, group=to)  # rank 1 never joins: the kernel gives up after 3 s
+            torch.cuda.synchronize()
+            try:
+                dist.all_reduce(t, group=to)
+            except RuntimeError as e:
+                msg = str(e)
+                assert "purlin all_reduce on rank 0: timed out" in msg and "waiting for rank 1" in msg, msg
+            else:
+                raise AssertionError("no error after a device timeout")
+            x = torch.ones(4, device=dev)
+            dist.all_reduce(x, group=pg)  # other groups still work
+        else:
+            x = torch.ones(4, device=dev)
+            dist.all_reduce(x, group=pg)
+        assert torch.all(x == W)
+        dist.barrier(group=host)
+
+    R.check("rank 1 never arrives", timeout_case)
+
+    torch.cuda.synchronize()
+    dist.barrier(group=host)
+    dist.destroy_process_group()
+    R.out.close()
+
+
+# ---- pytest side -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    if not torch.cuda.is_available() or torch.cuda.device_count() < WORLD:
+        pytest.skip(f"needs {WORLD} GPUs")
+    d = tmp_path_factory.mktemp("purlin_gpu")
+    logs = os.environ.get("PURLIN_GPU_LOG_DIR") or str(d)  # per-rank case logs (rank<r>.jsonl)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(r, WORLD, str(d / "init"), logs)) for r in range(WORLD)]
+    t0 = time.time()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(max(1.0, SUITE_TIMEOUT_S - (time.time() - t0)))
+    hung = [i for i, p in enumerate(procs) if p.is_alive()]
+    for i in hung:
+        procs[i].kill()
+    rows = []
+    for r in range(WORLD):
+        path = os.path.join(logs, f"rank{r}.jsonl")
+        if os.path.exists(path):
+            with open(path) as f:
+                rows += [json.loads(line) for line in f if line.strip()]
+    print(f"\n[purlin gpu suite] {len(rows)} case results in {time.time() - t0:.1f} s; exit codes "
+          f"{[p.exitcode for p in procs]}; hung ranks {hung}")
+    return {"rows": rows, "exitcodes": [p.exitcode for p in procs], "hung": hung}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gpu_family(suite, family):
+    rows = [r for r in suite["rows"] if r["family"] == family]
+    failed = [r for r in rows if r["error"]]
+    assert rows, f"no {family} case ran (exit codes {suite['exitcodes']}, hung ranks {suite['hung']})"
+    names = {r["case"] for r in rows}
+    per_rank = {r: sum(1 for x in rows if x["rank"] == r) for r in range(WORLD)}
+    assert not failed, f"{len(failed)} of {len(rows)} {family} case results failed; first:\n" + "\n".join(
+        f"rank {f['rank']} {f['case']}:\n{f['error']}" for f in failed[:3])
+    assert all(v == len(names) for v in per_rank.values()), f"ranks ran different numbers of cases: {per_rank}"
+
+
+def test_gpu_suite_exited_cleanly(suite):
+    assert not suite["hung"] and all(c == 0 for c in suite["exitcodes"]), suite["exitcodes"]

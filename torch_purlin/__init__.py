@@ -1,0 +1,25 @@
+"""torch-purlin: a torch.distributed backend for scale-up collectives.
+
+    import torch_purlin
+    dist.init_process_group(backend="purlin")        # cpu and cuda tensors
+    dist.init_process_group(backend="cpu:purlin,cuda:nccl")
+
+Importing this package registers the backend "purlin" for devices cpu and
+cuda. Collectives are Specs (input layout + output layout + operation), run by
+SNAC plans on an Atom (see docs/DESIGN.md); `torch_purlin.spec` lets users
+define and run their own.
+"""
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed as dist
+
+from . import _C
+from ._C import Chunk, OpKind, Placement, RedOp, Region, Spec, env_vars, make_plan, specs
+from .registration import counters, get_purlin_backend, register
+from .spec import run_spec, interleaved_all_gather
+
+__all__ = [
+    "Chunk", "OpKind", "Placement", "RedOp", "Region", "Spec", "specs", "make_plan", "env_vars",
+    "counters", "get_purlin_backend", "run_spec", "interleaved_all_gather",
+]
+
+register()

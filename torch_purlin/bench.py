@@ -1,0 +1,343 @@
+"""Collective benchmark: purlin next to other backends, in nccl-tests columns.
+
+    torchrun --nproc-per-node=N -m torch_purlin.bench [--impls purlin,gloo] [--device cpu] ...
+
+Each impl is a process group of its own (dist.new_group(backend=NAME)); all
+impls run on the same buffers, sizes and iteration counts, in the same
+processes, one after another at each size, so their ratios are fair. Rank 0
+prints the tables (bench_report.py). See benchmarks/README.md.
+
+NOTE [bench data]: each check fills the inputs with fresh pseudo-random
+integers in [-4, 4], seeded by check number and rank, so any rank can rebuild
+any other rank's input. Their sums are exact in every dtype up to 31 ranks, so
+#wrong must be 0. Outputs are pre-filled with SENTINEL, which no correct
+result equals, so an element the op never wrote counts as wrong.
+"""
+import argparse
+import importlib
+import os
+import statistics
+import sys
+import time
+from collections import namedtuple
+
+import torch
+import torch.distributed as dist
+
+if __package__:
+    from . import bench_report
+else:                   # run by path: works before torch_purlin._C is built
+    import bench_report
+
+ROOT = 0
+SENTINEL = 127          # |any correct result| <= 4 * 31
+GRAPH_OPS = 20          # collectives captured in one CUDA graph
+NO_GRAPH = {"gloo", "mpi"}  # host-side backends; a capture attempt can hang, not just fail
+REDOPS = {"sum": (dist.ReduceOp.SUM, torch.add), "max": (dist.ReduceOp.MAX, torch.maximum),
+          "min": (dist.ReduceOp.MIN, torch.minimum)}
+# torch 2.13 names, else the older *_tensor spellings
+ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+# How each op is laid out. inp/out length in elements: "c" = count (elements per
+# rank), "nc" = ranks * count; "@root" = only on ROOT. size(B) is the larger one.
+# places: the placements torch's API allows (in-place: the smaller buffer is the
+# rank's chunk of the larger one, as in nccl-tests).
+Op = namedtuple("Op", "busbw places reduces inp out run")
+INPLACE, BOTH, OOP = ("in-place",), ("out-of-place", "in-place"), ("out-of-place",)
+
+
+def ring(n):
+    return (n - 1) / n
+
+
+def chunks(t, n):
+    return None if t is None else list(t.chunk(n))
+
+
+OPS = {
+    "all_reduce": Op(lambda n: 2 * (n - 1) / n, INPLACE, True, "c", "c",
+                     lambda k, g: dist.all_reduce(k.inp, k.red, group=g)),
+    "all_gather": Op(ring, BOTH, False, "c", "nc", lambda k, g: ALL_GATHER(k.out, k.inp, group=g)),
+    "reduce_scatter": Op(ring, BOTH, True, "nc", "c",
+                         lambda k, g: REDUCE_SCATTER(k.out, k.inp, k.red, group=g)),
+    "broadcast": Op(lambda n: 1.0, INPLACE, False, "c", "c",
+                    lambda k, g: dist.broadcast(k.inp, group_src=ROOT, group=g)),
+    "all_to_all": Op(ring, OOP, False, "nc", "nc",
+                     lambda k, g: dist.all_to_all_single(k.out, k.inp, group=g)),
+    "reduce": Op(lambda n: 1.0, INPLACE, True, "c", "c",
+                 lambda k, g: dist.reduce(k.inp, op=k.red, group_dst=ROOT, group=g)),
+    "gather": Op(ring, OOP, False, "c", "nc@root", lambda k, g: dist.gather(
+        k.inp, chunks(k.out, k.n), group_dst=ROOT, group=g)),
+    "scatter": Op(ring, OOP, False, "nc@root", "c", lambda k, g: dist.scatter(
+        k.out, chunks(k.inp, k.n), group_src=ROOT, group=g)),
+}
+DEFAULT_OPS = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all"
+
+
+def length(layout, n, c, rank):
+    if layout.endswith("@root") and rank != ROOT:
+        return 0
+    return n * c if layout.startswith("nc") else c
+
+
+class Case:
+    """The buffers of one (op, placement, count), shared by every impl."""
+
+    def __init__(self, name, place, c, args, n, rank):
+        self.name, self.op, self.c, self.args, self.n, self.rank = name, OPS[name], c, args, n, rank
+        self.red, self.reduce_fn = REDOPS[args.redop]
+        n_in, n_out = length(self.op.inp, n, c, rank), length(self.op.out, n, c, rank)
+        if place == "out-of-place":
+            self.inp, self.out = self.new(n_in), self.new(n_out)
+            return
+        big = self.new(max(n_in, n_out))
+        small = big if n_in == n_out else big[rank * c:(rank + 1) * c]
+        self.inp, self.out = (big, small) if n_in > n_out else (small, big)
+
+    def new(self, numel):
+        return torch.empty(numel, dtype=self.args.dtype, device=self.args.device) if numel else None
+
+    def run(self, group):
+        self.op.run(self, group)
+
+    def data(self, seed, r):
+        """Rank r's input for check number `seed` (NOTE [bench data])."""
+        numel, dev = length(self.op.inp, self.n, self.c, r), self.args.device
+        g = torch.Generator(device=dev).manual_seed(seed * 1_000_003 + r)
+        low = 0 if self.args.dtype == torch.uint8 else -4
+        x = torch.randint(low, 5, (numel,), generator=g, dtype=torch.int8, device=dev)
+        return x.to(self.args.dtype)
+
+    def fill(self, seed):
+        if self.out is not None:
+            self.out.fill_(SENTINEL)
+        if self.inp is not None:
+            self.inp.copy_(self.data(seed, self.rank))
+
+    def expected(self, seed):
+        name, n, mine = self.name, self.n, slice(self.rank * self.c, (self.rank + 1) * self.c)
+        if name in ("broadcast", "scatter"):
+            return self.data(seed, ROOT)[mine if name == "scatter" else slice(None)]
+        if name in ("all_gather", "gather"):
+            return torch.cat([self.data(seed, j) for j in range(n)])
+        if name == "all_to_all":
+            return torch.cat([self.data(seed, j)[mine] for j in range(n)])
+        acc = self.data(seed, 0).double()     # all_reduce, reduce, reduce_scatter
+        for j in range(1, n):
+            acc = self.reduce_fn(acc, self.data(seed, j).double())
+        return acc[mine] if name == "reduce_scatter" else acc
+
+    def count_wrong(self, seed) -> int:
+        if self.out is None or (self.name == "reduce" and self.rank != ROOT):
+            return 0
+        dt = self.args.dtype
+        rtol = self.n * torch.finfo(dt).eps if dt.is_floating_point and self.op.reduces else 0.0
+        ok = torch.isclose(self.out.double(), self.expected(seed).double(), rtol=rtol, atol=0.0)
+        return int((~ok).sum())
+
+
+def agree(values, op=dist.ReduceOp.MAX):
+    """Combine per-rank numbers on the default group, CPU tensors (gloo)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op)
+    return t.tolist()
+
+
+def sync(args):
+    if args.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_calls(fn, iters, args, per=1):
+    """Seconds per op, one sample per call of fn (which runs `per` ops)."""
+    sync(args)
+    agree([0.0])                        # ranks start each timed batch together
+    if args.device.type == "cpu":
+        samples = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+        return samples
+    ev = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(iters)]
+    for start, end in ev:
+        start.record()
+        fn()
+        end.record()
+    sync(args)
+    return [s.elapsed_time(e) / 1e3 / per for s, e in ev]
+
+
+def capture(case, group):
+    """A CUDA graph of GRAPH_OPS calls, after one warm call on a side stream."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        case.run(group)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(GRAPH_OPS):
+            case.run(group)
+    return g
+
+
+def attempt(fn):
+    """Run fn on every rank; if it raised on any, every rank gets (None, error)."""
+    try:
+        value, err = fn(), None
+    except Exception as e:  # an impl lacking an op, dtype or mode: report n/a
+        value, err = None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    if agree([1.0 if err else 0.0])[0]:
+        return None, err or "failed on another rank"
+    return value, None
+
+
+def measure(case, impl, backend, group, mode, seed, args):
+    """One impl on one case: time, #wrong, or the error that makes it n/a."""
+    rec = dict(impl=impl, error=None, wrong=None, time_us=None)
+    if mode == "graph" and backend in NO_GRAPH:
+        rec["error"] = f"{backend} cannot be captured in a CUDA graph"
+        return rec
+
+    def first_calls():
+        case.fill(seed)
+        case.run(group)
+        sync(args)
+        wrong = case.count_wrong(seed) if args.check else 0
+        t0 = time.perf_counter()        # probe the cost after any lazy setup
+        case.run(group)
+        sync(args)
+        return wrong, time.perf_counter() - t0
+    got, rec["error"] = attempt(first_calls)
+    if got is None:
+        return rec
+    wrong, est = got[0], agree([got[1]])[0]
+    per_call = est * (GRAPH_OPS if mode == "graph" else 1)
+    iters = max(1, min(args.iters, int(args.time_cap / max(per_call, 1e-9))))
+    warmup = min(args.warmup, iters)
+    if mode == "graph":
+        graph, rec["error"] = attempt(lambda: capture(case, group))
+        if graph is None:
+            return rec
+        time_calls(graph.replay, warmup, args)
+        samples = time_calls(graph.replay, iters, args, per=GRAPH_OPS)
+        if args.check and not (case.op.reduces and args.redop == "sum"):
+            # only repeatable ops can be checked after GRAPH_OPS calls; else the eager check stands
+            case.fill(seed + 1)
+            graph.replay()
+            sync(args)
+            wrong += case.count_wrong(seed + 1)
+    else:
+        time_calls(lambda: case.run(group), warmup, args)
+        samples = time_calls(lambda: case.run(group), iters, args)
+    med = [0.0] * case.n
+    med[case.rank] = statistics.median(samples) * 1e6
+    rec["rank_median_us"] = agree(med, dist.ReduceOp.SUM)
+    rec["time_us"] = max(rec["rank_median_us"])      # the slowest rank ends the op
+    rec["samples_us"] = [s * 1e6 for s in samples]   # rank 0's are the ones saved
+    rec["iters"], rec["warmup"] = iters, warmup
+    rec["wrong"] = int(agree([wrong], dist.ReduceOp.SUM)[0]) if args.check else None
+    return rec
+
+
+def parse_bytes(text):
+    text = text.strip().upper().removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:])
+    return int(float(text[:-1]) * scale) if scale else int(text)
+
+
+def parse_args(argv):
+    gpu = torch.cuda.is_available()
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add = p.add_argument
+    add("--device", choices=("cpu", "cuda"), default="cuda" if gpu else "cpu")
+    add("--ops", default=DEFAULT_OPS, help=f"comma list of: {','.join(OPS)}")
+    add("--dtype", help="torch dtype name; default float32 on cpu, bfloat16 on cuda")
+    add("--redop", choices=tuple(REDOPS), default="sum")
+    add("-b", "--min-bytes", type=parse_bytes, default=4 << 10, help="K/M/G suffixes")
+    add("-e", "--max-bytes", type=parse_bytes, default=64 << 20)
+    add("-f", "--step-factor", type=int, default=2)
+    add("-n", "--iters", type=int, default=20)
+    add("-w", "--warmup", type=int, default=5)
+    add("--time-cap", type=float, default=2.0,
+        help="seconds of timed calls per size and impl; fewer iters when needed")
+    add("--impls", help="backends side by side, the first is the speedup baseline; "
+        "default purlin,gloo on cpu, purlin,nccl on cuda")
+    add("--mode", choices=("eager", "graph", "both"), default="eager")
+    place = p.add_mutually_exclusive_group()
+    place.add_argument("--inplace", dest="place", action="store_const", const="in-place")
+    place.add_argument("--out-of-place", dest="place", action="store_const", const="out-of-place")
+    add("--check", action=argparse.BooleanOptionalAction, default=True)
+    add("--seed", type=int, default=0)
+    add("--json", metavar="PATH")
+    add("--png-dir", metavar="DIR")
+    a = p.parse_args(argv)
+    a.device = torch.device(a.device)
+    a.dtype = getattr(torch, a.dtype or ("bfloat16" if a.device.type == "cuda" else "float32"))
+    a.impls = (a.impls or ("purlin,nccl" if a.device.type == "cuda" else "purlin,gloo")).split(",")
+    a.ops = a.ops.split(",")
+    if set(a.ops) - set(OPS):
+        p.error(f"unknown ops {sorted(set(a.ops) - set(OPS))}")
+    if a.step_factor < 2 or a.min_bytes > a.max_bytes:
+        p.error("need --step-factor >= 2 and --min-bytes <= --max-bytes")
+    a.modes, a.notes = ["eager", "graph"] if a.mode == "both" else [a.mode], []
+    if a.device.type == "cpu" and "graph" in a.modes:
+        a.modes = ["eager"]
+        a.notes.append("graph mode needs cuda; ran eager only")
+    return a
+
+
+def make_groups(impls):
+    """One process group per impl, made in the same order on every rank."""
+    groups, labels = [], []
+    for name in impls:
+        if name == "purlin":
+            importlib.import_module("torch_purlin")     # registers the backend
+        groups.append(dist.new_group(backend=name))
+        k = sum(lab.rstrip("0123456789") == name for lab in labels)
+        labels.append(f"{name}{k + 1}" if k else name)    # gloo,gloo -> gloo, gloo2
+    return groups, labels
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.device.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group("cpu:gloo,cuda:nccl" if dist.is_nccl_available() else "gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    groups, labels = make_groups(args.impls)
+    spec = sys.modules["__main__"].__spec__    # None when run by path
+    out = bench_report.Printer(rank == 0, args, labels, n, spec.name if spec else sys.argv[0])
+    sizes = [args.min_bytes]
+    while sizes[-1] * args.step_factor <= args.max_bytes:
+        sizes.append(sizes[-1] * args.step_factor)
+    seed, records = args.seed, []
+    for name in args.ops:
+        op = OPS[name]
+        wide = n if "nc" in op.inp + op.out else 1          # size(B) = wide * count * elem
+        for place in [p for p in op.places if args.place in (None, p)] or op.places:
+            for mode in args.modes:
+                rows = []
+                for c in dict.fromkeys(size // args.dtype.itemsize // wide for size in sizes):
+                    if c == 0:
+                        continue
+                    case = Case(name, place, c, args, n, rank)
+                    row = dict(op=name, place=place, mode=mode, size=wide * c * args.dtype.itemsize,
+                               count=c, dtype=str(args.dtype).removeprefix("torch."),
+                               redop=args.redop if op.reduces else "none",
+                               busbw_factor=op.busbw(n), impls=[])
+                    for impl, backend, group in zip(labels, args.impls, groups):
+                        seed += 2
+                        row["impls"].append(measure(case, impl, backend, group, mode, seed, args))
+                    rows.append(bench_report.add_bandwidth(row))
+                out.table(rows, labels)
+                records += rows
+    out.finish(records, args.json, args.png_dir)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
