@@ -60,7 +60,8 @@ class CopyCases:
         dist.all_gather_coalesced(outs, [inputs[rank] for inputs in per_part])
         for r in range(ws):
             for i, inputs in enumerate(per_part):
-                assert_exact(outs[r][i], inputs[r], f"{ctx} (all_gather_coalesced) rank {r} part {i}")
+                assert_exact(outs[r][i], inputs[r],
+                             f"{ctx} (all_gather_coalesced) rank {r} part {i}")
 
         fulls = [torch.cat(inputs) for inputs in per_part]
         outs = [poisoned_like(full) for full in fulls]

@@ -34,15 +34,18 @@ class ReduceCases:
 
             seed = self.next_seed()
             sizes = COALESCED_SIZES[:-1] + (self.SIZES[-1],)
-            per_rank = [self.rank_inputs(seed, (n,), dtype, op, part=i) for i, n in enumerate(sizes)]
-            ts = [inputs[rank].clone() for inputs in per_rank]
+            per_part = [self.rank_inputs(seed, (n,), dtype, op, part=i)
+                        for i, n in enumerate(sizes)]
+            ts = [inputs[rank].clone() for inputs in per_part]
             dist.all_reduce_coalesced(ts, op=make_op(op))
-            for t, inputs, n in zip(ts, per_rank, sizes):
-                assert_reduced(t, inputs, op, self.ctx("all_reduce_coalesced", dtype=dtype, op=op, size=n))
+            for t, inputs, n in zip(ts, per_part, sizes):
+                assert_reduced(t, inputs, op,
+                               self.ctx("all_reduce_coalesced", dtype=dtype, op=op, size=n))
 
         # Integer SUM wraps around like torch's own int8 arithmetic.
         seed = self.next_seed()
-        inputs = [100 + make_input(seed, r, (1025,), torch.uint8, "sum").long() % 28 for r in range(ws)]
+        inputs = [100 + make_input(seed, r, (1025,), torch.uint8, "sum").long() % 28
+                  for r in range(ws)]  # 100..127
         t = inputs[rank].to(torch.int8)
         dist.all_reduce(t)
         wrapped = ((sum(inputs) + 128) % 256 - 128).to(torch.int8)
@@ -55,7 +58,8 @@ class ReduceCases:
         it sends and what it must reduce, not every rank's full input.
         """
         ws, rank = self.world_size, self.rank
-        chunk = lambda r, c: make_input(seed, r * 64 + part * ws + c, (size,), dtype, op)  # noqa: E731
+        def chunk(r, c):
+            return make_input(seed, r * 64 + part * ws + c, (size,), dtype, op)
         return torch.cat([chunk(rank, c) for c in range(ws)]), [chunk(r, rank) for r in range(ws)]
 
     def run_reduce_scatter(self):

@@ -146,8 +146,8 @@ def poisoned_like(expected):
     """A tensor shaped like expected that differs from it everywhere; see NOTE [never zero]."""
     if expected.dtype == torch.bool:
         return ~expected
-    fill = 0 if not (expected.dtype.is_floating_point or expected.dtype.is_complex) else float("nan")
-    return torch.full_like(expected, fill)
+    floating = expected.dtype.is_floating_point or expected.dtype.is_complex
+    return torch.full_like(expected, float("nan") if floating else 0)
 
 
 def reduce_poison(inputs, op):
@@ -194,7 +194,8 @@ def _describe_mismatch(out, expected, bad, ctx):
 def assert_exact(out, expected, ctx):
     """Bitwise-equal values, same dtype and shape (copies, integer and min/max results)."""
     assert out.dtype == expected.dtype, f"{ctx}: dtype {out.dtype} != {expected.dtype}"
-    assert out.shape == expected.shape, f"{ctx}: shape {tuple(out.shape)} != {tuple(expected.shape)}"
+    assert out.shape == expected.shape, \
+        f"{ctx}: shape {tuple(out.shape)} != {tuple(expected.shape)}"
     if not torch.equal(out, expected):
         bad = out != expected
         if out.dtype.is_floating_point or out.dtype.is_complex:
@@ -277,7 +278,8 @@ class DistTestCase(MultiProcessTestCase):
 
     def ctx(self, what, **kw):
         args = " ".join(f"{k}={v}" for k, v in kw.items())
-        return f"[{BACKEND} world={self.world_size} rank={self.rank} case={self._case}] {what} {args}"
+        where = f"{BACKEND} world={self.world_size} rank={self.rank} case={self._case}"
+        return f"[{where}] {what} {args}"
 
     def gloo_skip(self, family, dtype=None, op=None):
         """True (and remember why) when the backend is gloo and gloo lacks this case."""

@@ -79,7 +79,8 @@ class LayoutAsyncCases:
         ws, rank = self.world_size, self.rank
         seed = self.next_seed()
         sizes = (1, 7, 1025, 65537)
-        per_part = [self.rank_inputs(seed, (n,), torch.float32, part=i) for i, n in enumerate(sizes)]
+        per_part = [self.rank_inputs(seed, (n,), torch.float32, part=i)
+                    for i, n in enumerate(sizes)]
         ts = [inputs[rank].clone() for inputs in per_part]
         works = [dist.all_reduce(t, async_op=True) for t in ts]
         for work, t, inputs in reversed(list(zip(works, ts, per_part))):  # waited out of order

@@ -54,8 +54,9 @@ class DDPCases:
         everyone = [torch.empty_like(flat) for _ in range(self.world_size)]
         dist.all_gather(everyone, flat, group=gloo)
         for r, other in enumerate(everyone):
-            torch.testing.assert_close(other, flat, rtol=0, atol=0,
-                                       msg=lambda m, r=r: f"rank {r} differs from rank {self.rank}: {m}")
+            torch.testing.assert_close(
+                other, flat, rtol=0, atol=0,
+                msg=lambda m, r=r: f"rank {r} differs from rank {self.rank}: {m}")
 
 
 class TestDDPWorld2(DDPCases, DistTestCase):

@@ -123,7 +123,8 @@ class TestTimeout(DistTestCase):
         self.assertGreater(elapsed, 0.8 * limit, f"raised before the timeout: {msg}")
         self.assertLess(elapsed, limit + self.SLACK_S, f"raised after {elapsed:.1f}s: {msg}")
         self.assertRegex(msg, re.compile(r"timed out", re.I))
-        self.assertRegex(msg, re.compile(r"rank[\s=:\[]*1\b", re.I), "message must name the missing peer")
+        self.assertRegex(msg, re.compile(r"rank[\s=:\[]*1\b", re.I),
+                         "the message must name the missing peer")
         # No further collectives: the group is broken.
 
 

@@ -77,6 +77,7 @@ class CudaEngine {
  public:
   CudaEngine(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
              int device);
+  ~CudaEngine();
 
   const std::string& unavailable() const { return unavailable_; }
   int device() const { return device_; }
@@ -176,6 +177,18 @@ CudaEngine::CudaEngine(int rank, int world, std::chrono::milliseconds timeout, c
     std::fprintf(stderr, "[purlin] rank %d: CUDA workspace %lld bytes, %d blocks x %d threads (%s)\n", rank_,
                  static_cast<long long>(ws_->workspace_bytes()), ws_->layout().blocks, ws_->threads(),
                  ws_->config_name());
+}
+
+// Waits (bounded by the group timeout) for this group's last kernel, so the
+// plans and buffers freed next are no longer read; best effort at exit.
+CudaEngine::~CudaEngine() {
+  if (!ws_) return;
+  c10::cuda::CUDAGuard guard(device_);
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (have_last_ && cudaStreamIsCapturing(last_stream_, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone)
+    cudaStreamSynchronize(last_stream_);
+  if (order_event_) cudaEventDestroy(order_event_);
+  cudaGetLastError();
 }
 
 std::vector<PeerMeta> CudaEngine::peer_meta(const Request& rq) {
