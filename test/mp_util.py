@@ -257,6 +257,9 @@ class DistTestCase(MultiProcessTestCase):
         os._exit(0)
 
     def init_pg(self):
+        # All ranks share a few cores: intra-op threads would only oversubscribe
+        # them, and an OpenMP region stalls badly while a peer rank spin-waits.
+        torch.set_num_threads(1)
         if self.WORKSPACE_BYTES is not None:
             os.environ[WORKSPACE_ENV] = str(self.WORKSPACE_BYTES)
         if BACKEND == "purlin":

@@ -74,6 +74,7 @@ def make_input(seed, rank, n, dtype, op=None):
         lo, hi = (1, 3) if dtype == torch.uint8 else (-3, 3)
     else:
         lo, hi = (0, 100) if dtype == torch.uint8 else (-100, 100)
+    hi = min(hi, torch.iinfo(torch.int64).max - 1)  # randint's bound is exclusive and an int64
     x = torch.randint(lo, hi + 1, (n,), generator=g, dtype=torch.int64)
     x[x == 0] = 1
     return x.to(dtype)
@@ -130,6 +131,11 @@ def assert_close_to(got, ref, xs, op, what):
     """got vs another backend's result ref: exact where the arithmetic is exact, else the reduction tolerance."""
     if not xs[0].dtype.is_floating_point or op in ("min", "max"):
         return assert_equal(got, ref, what)
+    if op == "premul_sum" and xs[0].dtype in (torch.float16, torch.bfloat16):
+        # NCCL rounds the factor to the tensor's dtype first (0.3 -> 0.30078125 in
+        # bf16); purlin keeps it in fp32. Both are checked against float64 by
+        # assert_reduced; they need not agree with each other.
+        return
     scale = torch.stack([t.double().abs() for t in xs]).sum(0)
     err = (got.cpu().double() - ref.cpu().double()).abs()
     bad = ~(err <= 2 * RTOL[xs[0].dtype] * scale + 1e-300)
@@ -595,7 +601,9 @@ def _worker(rank, world, init_file, out_dir):
         zz = torch.zeros(10, dtype=torch.complex64, device=dev)
         dist.all_gather_into_tensor(zz, z, group=fb)  # complex copy: native
         cnt = torch_purlin.counters(fb, "cuda")
-        assert cnt["all_reduce"] == (0, 2), cnt
+        # torch views a complex SUM all_reduce as float32 before the backend sees
+        # it, so that one runs natively; the bool one falls back.
+        assert cnt["all_reduce"] == (1, 1), cnt
         assert cnt["broadcast"] == (0, 1), cnt
         assert cnt["all_gather_into_tensor"] == (1, 0), cnt
 

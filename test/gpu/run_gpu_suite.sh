@@ -9,10 +9,9 @@
 # here: one architecture; setup.py's default builds 80;90;100) and about a
 # minute of tests; everything ends within PURLIN_GPU_DEADLINE_S (290 s).
 set -uo pipefail
-# NVLink multicast / NVLS stay off: purlin never uses them, and neither may NCCL here.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+# NVLink multicast off, and the compiler that matches the loaded libstdc++.
+source "$ROOT/tools/device_env.sh"
 LOG="${OUT:-$ROOT/gpu_logs}"
 mkdir -p "$LOG"
 cd "$ROOT"
