@@ -185,22 +185,18 @@ def reference(inputs, op):
 
 
 def _describe_mismatch(out, expected, bad, ctx):
-    idx = bad.nonzero()[0].tolist() if bad.any() else []
-    first = tuple(idx)
+    first = tuple(bad.nonzero()[0].tolist())
     return (f"{ctx}: {int(bad.sum())}/{bad.numel()} elements wrong; first at {first}: "
             f"got {out[first].item()!r}, expected {expected[first].item()!r}")
 
 
 def assert_exact(out, expected, ctx):
-    """Bitwise-equal values, same dtype and shape (copies, integer and min/max results)."""
+    """Equal values (NaN never equals), same dtype and shape: copies, integer and min/max."""
     assert out.dtype == expected.dtype, f"{ctx}: dtype {out.dtype} != {expected.dtype}"
     assert out.shape == expected.shape, \
         f"{ctx}: shape {tuple(out.shape)} != {tuple(expected.shape)}"
     if not torch.equal(out, expected):
-        bad = out != expected
-        if out.dtype.is_floating_point or out.dtype.is_complex:
-            bad |= torch.isnan(out)
-        raise AssertionError(_describe_mismatch(out, expected, bad, ctx))
+        raise AssertionError(_describe_mismatch(out, expected, out != expected, ctx))
 
 
 def assert_reduced(out, inputs, op, ctx):

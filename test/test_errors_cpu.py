@@ -51,7 +51,7 @@ class TestBadInput(DistTestCase):
     @spawned
     def test_all_reduce_numel_mismatch(self):
         t = torch.ones(1025 + self.rank)
-        self.expect_error(lambda: dist.all_reduce(t), r"all_?reduce", r"numel|size|mismatch")
+        self.expect_error(lambda: dist.all_reduce(t), r"all_?reduce", r"numel|size|elements|mismatch")
 
     @spawned
     def test_all_to_all_single_split_mismatch(self):
@@ -61,15 +61,15 @@ class TestBadInput(DistTestCase):
         self.expect_error(
             lambda: dist.all_to_all_single(out, inp, output_split_sizes=out_splits,
                                            input_split_sizes=in_splits),
-            r"all_?to_?all", r"split|size|mismatch")
+            r"all_?to_?all", r"split|size|elements|mismatch")
 
     @spawned
     def test_all_gather_into_tensor_wrong_output_size(self):
         out = torch.empty(self.world_size * 7 - (self.rank == 0))  # rank 0's is one short
         self.expect_error(lambda: dist.all_gather_into_tensor(out, torch.ones(7)),
-                          r"all_?gather", r"size|numel|shape")
+                          r"all_?gather", r"size|numel|shape|elements")
 
-    # Unsupported dtype/op pairs: the same on every rank.
+    # Unsupported dtype/op pairs, the same on every rank: the message names both.
 
     @spawned
     def test_min_on_complex(self):
@@ -79,13 +79,13 @@ class TestBadInput(DistTestCase):
         group = dist.distributed_c10d._get_default_group()
         z = torch.ones(7, dtype=torch.complex64)
         self.expect_error(lambda: group.allreduce([z], opts).wait(),
-                          r"all_?reduce", r"\bmin\b", r"complex", r"support")
+                          r"all_?reduce", r"\bmin\b", r"complex")
 
     @spawned
     def test_avg_on_int32(self):
         i = torch.ones(7, dtype=torch.int32)
         self.expect_error(lambda: dist.all_reduce(i, op=dist.ReduceOp.AVG),
-                          r"all_?reduce", r"\bavg\b", r"int", r"support")
+                          r"all_?reduce", r"\bavg\b", r"int32")
 
 
 @unittest.skipIf(BACKEND != "purlin", SKIP_REASON)
