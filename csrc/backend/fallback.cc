@@ -9,6 +9,7 @@ namespace purlin::backend {
 
 Fallback::Fallback(int rank, Factory factory) : rank_(rank), factory_(std::move(factory)) {
   for (const auto& op : env::get_list("TORCH_PURLIN_FORCE_FALLBACK")) forced_.insert(op);
+  for (const auto& op : env::get_list("TORCH_PURLIN_FORCE_NCCL")) forced_nccl_.insert(op);
   log_ = env::get_bool("TORCH_PURLIN_LOG");
 }
 
@@ -35,7 +36,9 @@ void Fallback::count_fallback(const std::string& op, const std::string& reason) 
     std::fprintf(stderr, "[purlin] rank %d: %s falls back: %s (logged once)\n", rank_, op.c_str(), reason.c_str());
 }
 
-bool Fallback::forced(const std::string& op) const { return forced_.count(op) || forced_.count("all"); }
+bool Fallback::forced(const std::string& op, bool cuda) const {
+  return forced_.count(op) || forced_.count("all") || (cuda && (forced_nccl_.count(op) || forced_nccl_.count("all")));
+}
 
 std::map<std::string, std::pair<int64_t, int64_t>> Fallback::counters() const {
   std::lock_guard<std::mutex> g(mu_);

@@ -29,8 +29,9 @@ class Fallback {
   void count_native(const std::string& op);
   // Records that `op` falls back for `reason` (logged once per (op, reason)).
   void count_fallback(const std::string& op, const std::string& reason);
-  // Whether TORCH_PURLIN_FORCE_FALLBACK names `op` (or "all").
-  bool forced(const std::string& op) const;
+  // Whether TORCH_PURLIN_FORCE_FALLBACK (any device) or, for CUDA tensors,
+  // TORCH_PURLIN_FORCE_NCCL names `op` (or "all").
+  bool forced(const std::string& op, bool cuda) const;
 
   // op -> (native calls, fallback calls)
   std::map<std::string, std::pair<int64_t, int64_t>> counters() const;
@@ -38,7 +39,7 @@ class Fallback {
  private:
   int rank_;
   Factory factory_;
-  std::set<std::string> forced_;
+  std::set<std::string> forced_, forced_nccl_;
   bool log_;
   mutable std::mutex mu_;
   std::map<std::string, c10::intrusive_ptr<c10d::Backend>> backends_;

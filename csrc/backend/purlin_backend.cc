@@ -45,7 +45,9 @@ CudaPath& PurlinBackend::cuda() const {
 }
 
 std::string PurlinBackend::fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors) const {
-  if (fallback_.forced(op)) return "forced by TORCH_PURLIN_FORCE_FALLBACK";
+  bool cuda_op = false;
+  for (const auto& t : tensors) cuda_op |= t.defined() && t.is_cuda();
+  if (fallback_.forced(op, cuda_op)) return "forced by TORCH_PURLIN_FORCE_FALLBACK / TORCH_PURLIN_FORCE_NCCL";
   for (const auto& t : tensors) {
     if (!t.defined()) continue;
     if (t.is_sparse()) return "sparse tensors are not supported natively";

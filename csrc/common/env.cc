@@ -27,6 +27,8 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_FORCE_FALLBACK", "",
        "Comma list of ops (e.g. all_reduce,broadcast) always served by the fallback backend (gloo for CPU "
        "tensors, NCCL for CUDA tensors). 'all' forces every op."},
+      {"TORCH_PURLIN_FORCE_NCCL", "",
+       "Comma list of ops (or 'all') that always go to the NCCL fallback when their tensors are on CUDA."},
       {"TORCH_PURLIN_LOG", "1", "0 silences the once-per-(op, reason) fallback log lines on stderr."},
       {"TORCH_PURLIN_DEBUG", "0", "1 prints every new SNAC plan to stderr."},
   };
