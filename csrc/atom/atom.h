@@ -5,7 +5,8 @@
 //   copy    — dst <- src, `bytes` bytes (non-overlapping).
 //   reduce  — dst[i] <- op over k of (scale[k] *) srcs[k][i], sources combined
 //             in the order given; f16/bf16 accumulate in float32 and round once.
-//             dst may alias srcs[0] exactly (same address), never partially.
+//             dst may alias any one source exactly (same address), never
+//             partially: every source element is read before dst[i] is stored.
 //   signal  — publish `value` into the flag (kind, from = this rank) of `peer`,
 //             with RELEASE semantics: every write this rank made before the
 //             signal is visible to `peer` once it observes the value.

@@ -103,7 +103,15 @@ void HostEngine::run(Request& rq) {
   if (!why.empty()) throw std::invalid_argument(where(rq.name, rank_) + why);
 
   const size_t esize = dtype_size(rq.dtype);
-  const bool direct_local = !overlaps(rq.in, rq.in_numel * esize, rq.out, rq.out_numel * esize);
+  // NOTE [direct local reads] A rank may read its own contributions straight
+  // from Input when Input and Output are disjoint, or when they are the same
+  // buffer of an elementwise-aligned collective (all_reduce, reduce,
+  // broadcast): there each output element is written by the op that reads
+  // the same input element, or later (two-shot phase 1), never earlier, and
+  // Atom reduce reads every source before storing (dst may alias a source).
+  const bool same = rq.in == rq.out && rq.in_numel == rq.out_numel;
+  const bool aligned = rq.op == CollOp::AllReduce || rq.op == CollOp::Reduce || rq.op == CollOp::Broadcast;
+  const bool direct_local = !overlaps(rq.in, rq.in_numel * esize, rq.out, rq.out_numel * esize) || (same && aligned);
   const snac::Plan& plan = plan_for(rq, all, direct_local);
   std::vector<double> scales;
   if (rq.redop == RedOp::PremulSum)

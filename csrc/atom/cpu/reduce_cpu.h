@@ -17,7 +17,8 @@
 // source order; they are bit-exact as stated only when the build does not
 // contract a*b+c into FMA (default x86-64 flags; -march=native may).
 //
-// dst may alias srcs[0] exactly (same address); no other overlap is allowed.
+// dst may alias any one source exactly (same address: each block of every
+// source is read before the block is stored); no other overlap is allowed.
 // Throws std::invalid_argument when reduction_supported(dtype, op) is false,
 // nsrc < 1, n < 0, or PREMUL_SUM is given no scales. scales may be null for
 // every other op. Single-threaded; the caller splits work across ranks.
