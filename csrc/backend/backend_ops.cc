@@ -41,6 +41,11 @@ void require(Request& rq, bool ok, const std::string& why) {
   if (!ok && rq.error.empty()) rq.error = why;
 }
 
+void require_same_dtype(Request& rq, const std::vector<at::Tensor>& ts) {
+  const std::string why = check_same_dtype(ts);
+  require(rq, why.empty(), why);
+}
+
 int64_t numel_of(const std::vector<at::Tensor>& ts) {
   int64_t n = 0;
   for (const auto& t : ts) n += t.numel();
@@ -60,6 +65,16 @@ int64_t numel_of(const std::vector<at::Tensor>& ts) {
   } while (0);                                                                \
   /* PURLIN-CUDA hook: the op's stream and Work when it runs natively on CUDA */ \
   CudaOpScope purlin_cuda_scope_(cuda_.get(), tensors, opts.asyncOp)
+
+// Runs rq on the flat `in` / `out` and copies `out` back into `outs` (a no-op
+// when `out` already is the single contiguous output).
+c10::intrusive_ptr<c10d::Work> PurlinBackend::run_flat(Request& rq, const at::Tensor& in, const at::Tensor& out,
+                                                       std::vector<at::Tensor>& outs) {
+  set_io(rq, in, out);
+  auto work = run_native(rq, outs);
+  unflatten_into(out, outs);
+  return work;
+}
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
@@ -122,17 +137,14 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::_allgather_base(at::Tensor& output
   std::vector<at::Tensor> all{output, input};
   PURLIN_FALLBACK("all_gather_into_tensor", all, _allgather_base(output, input, opts));
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor", input);
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   require(rq, output.numel() == input.numel() * getSize(),
           "output has " + std::to_string(output.numel()) + " elements, expected world size x input = " +
               std::to_string(input.numel() * getSize()));
   at::Tensor in = flat_of({input});
   std::vector<at::Tensor> outs{output};
   at::Tensor out = flat_out_for(outs, output.numel(), in);
-  set_io(rq, in, out);
-  auto work = run_native(rq, outs);
-  unflatten_into(out, outs);
-  return work;
+  return run_flat(rq, in, out, outs);
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -143,7 +155,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
   PURLIN_FALLBACK("all_gather", all, allgather(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather", inputs[0]);
   require(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   require(rq, static_cast<int>(outputs[0].size()) == getSize(),
           "output list has " + std::to_string(outputs[0].size()) + " tensors, expected the world size " +
               std::to_string(getSize()));
@@ -151,10 +163,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
     require(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
   at::Tensor in = flat_of({inputs[0]});
   at::Tensor out = at::empty({inputs[0].numel() * getSize()}, in.options());
-  set_io(rq, in, out);
-  auto work = run_native(rq, outputs[0]);
-  unflatten_into(out, outputs[0]);
-  return work;
+  return run_flat(rq, in, out, outputs[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -164,7 +173,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_into_tensor_coalesced(st
   all.insert(all.end(), inputs.begin(), inputs.end());
   PURLIN_FALLBACK("all_gather_into_tensor_coalesced", all, allgather_into_tensor_coalesced(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   require(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
   for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
     require(rq, outputs[i].numel() == inputs[i].numel() * getSize(),
@@ -202,7 +211,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
   }
   Request rq = request(CollOp::AllGather, "all_gather_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
   require(rq, ok, "outputs must be world size lists shaped like the inputs");
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
   at::Tensor out = in.defined() ? at::empty({numel_of(inputs) * getSize()}, in.options()) : at::Tensor();
   set_io(rq, in, out);
@@ -220,17 +229,14 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::_reduce_scatter_base(at::Tensor& o
   PURLIN_FALLBACK("reduce_scatter_tensor", all, _reduce_scatter_base(output, input, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor", input);
   set_reduction(rq, opts.reduceOp);
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   require(rq, input.numel() == output.numel() * getSize(),
           "input has " + std::to_string(input.numel()) + " elements, expected world size x output = " +
               std::to_string(output.numel() * getSize()));
   at::Tensor in = flat_of({input});
   std::vector<at::Tensor> outs{output};
   at::Tensor out = flat_out_for(outs, output.numel(), in);
-  set_io(rq, in, out);
-  auto work = run_native(rq, outs);
-  unflatten_into(out, outs);
-  return work;
+  return run_flat(rq, in, out, outs);
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -242,17 +248,14 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Ten
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter", outputs[0]);
   set_reduction(rq, opts.reduceOp);
   require(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   require(rq, static_cast<int>(inputs[0].size()) == getSize(), "input list must have world size tensors");
   for (const auto& t : inputs[0])
     require(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
   at::Tensor in = flat_of(inputs[0]);
   std::vector<at::Tensor> outs{outputs[0]};
   at::Tensor out = flat_out_for(outs, outputs[0].numel(), in);
-  set_io(rq, in, out);
-  auto work = run_native(rq, outs);
-  unflatten_into(out, outs);
-  return work;
+  return run_flat(rq, in, out, outs);
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -263,7 +266,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(st
   PURLIN_FALLBACK("reduce_scatter_tensor_coalesced", all, reduce_scatter_tensor_coalesced(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
   set_reduction(rq, opts.reduceOp);
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   require(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
   for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
     require(rq, inputs[i].numel() == outputs[i].numel() * getSize(),
@@ -275,10 +278,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(st
   for (size_t i = 0; i < inputs.size(); ++i) per_tensor.push_back(inputs[i].reshape({getSize(), -1}));
   at::Tensor in = at::cat(per_tensor, 1).contiguous().view({-1});
   at::Tensor out = at::empty({T}, in.options());
-  set_io(rq, in, out);
-  auto work = run_native(rq, outputs);
-  unflatten_into(out, outputs);
-  return work;
+  return run_flat(rq, in, out, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -289,7 +289,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall_base(at::Tensor& output, 
   PURLIN_FALLBACK("all_to_all_single", all,
                   alltoall_base(output, input, output_split_sizes, input_split_sizes, opts));
   Request rq = request(CollOp::AllToAll, "all_to_all_single", input);
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   const int W = getSize();
   auto splits = [&](const at::Tensor& t, const std::vector<int64_t>& rows, const char* side) {
     std::vector<int64_t> out(W, 0);
@@ -315,10 +315,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall_base(at::Tensor& output, 
   at::Tensor in = flat_of({input});
   std::vector<at::Tensor> outs{output};
   at::Tensor out = flat_out_for(outs, output.numel(), in);
-  set_io(rq, in, out);
-  auto work = run_native(rq, outs);
-  unflatten_into(out, outs);
-  return work;
+  return run_flat(rq, in, out, outs);
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -328,7 +325,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall(std::vector<at::Tensor>& 
   all.insert(all.end(), inputs.begin(), inputs.end());
   PURLIN_FALLBACK("all_to_all", all, alltoall(outputs, inputs, opts));
   Request rq = request(CollOp::AllToAll, "all_to_all", inputs[0]);
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   require(rq, static_cast<int>(inputs.size()) == getSize() && static_cast<int>(outputs.size()) == getSize(),
           "input and output lists must have world size tensors");
   for (const auto& t : inputs) rq.in_splits.push_back(t.numel());
@@ -337,10 +334,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall(std::vector<at::Tensor>& 
   rq.out_splits.resize(getSize(), 0);
   at::Tensor in = flat_of(inputs);
   at::Tensor out = at::empty({numel_of(outputs)}, in.options());
-  set_io(rq, in, out);
-  auto work = run_native(rq, outputs);
-  unflatten_into(out, outputs);
-  return work;
+  return run_flat(rq, in, out, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -351,7 +345,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::gather(std::vector<std::vector<at:
   PURLIN_FALLBACK("gather", all, gather(outputs, inputs, opts));
   Request rq = request(CollOp::Gather, "gather", inputs[0]);
   rq.root = static_cast<int>(opts.rootRank);
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   const bool root = getRank() == rq.root;
   if (root) {
     require(rq, outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
@@ -375,7 +369,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::scatter(std::vector<at::Tensor>& o
   PURLIN_FALLBACK("scatter", all, scatter(outputs, inputs, opts));
   Request rq = request(CollOp::Scatter, "scatter", outputs[0]);
   rq.root = static_cast<int>(opts.rootRank);
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   const bool root = getRank() == rq.root;
   if (root) {
     require(rq, inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
@@ -386,10 +380,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::scatter(std::vector<at::Tensor>& o
   at::Tensor in = root && rq.error.empty() ? flat_of(inputs[0]) : at::Tensor();
   std::vector<at::Tensor> outs{outputs[0]};
   at::Tensor out = flat_out_for(outs, outputs[0].numel(), outputs[0]);
-  set_io(rq, in, out);
-  auto work = run_native(rq, outs);
-  unflatten_into(out, outs);
-  return work;
+  return run_flat(rq, in, out, outs);
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::barrier(const c10d::BarrierOptions& opts) {
@@ -426,7 +417,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_spec(const snac::Spec& spec, a
   Request rq = request(CollOp::Custom, "custom", input);
   rq.custom = &spec;
   rq.redop = spec.redop;
-  require(rq, check_same_dtype(all).empty(), check_same_dtype(all));
+  require_same_dtype(rq, all);
   require(rq, input.numel() >= spec.input_numel[getRank()],
           "input has " + std::to_string(input.numel()) + " elements, the spec reads " +
               std::to_string(spec.input_numel[getRank()]));
@@ -436,10 +427,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_spec(const snac::Spec& spec, a
   at::Tensor in = flat_of({input});
   std::vector<at::Tensor> outs{output};
   at::Tensor out = output.is_contiguous() ? output.view({-1}) : output.contiguous().view({-1});
-  set_io(rq, in, out);
-  auto work = run_native(rq, outs);
-  unflatten_into(out, outs);
-  return work;
+  return run_flat(rq, in, out, outs);
 }
 
 }  // namespace purlin::backend

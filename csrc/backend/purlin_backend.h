@@ -90,6 +90,9 @@ class PurlinBackend : public c10d::Backend {
   std::string fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors) const;
   // Runs a native request whose flat in/out tensors are given; returns the Work.
   c10::intrusive_ptr<c10d::Work> run_native(Request& rq, const std::vector<at::Tensor>& keep_alive);
+  // set_io + run_native + copy the flat output back into `outs`.
+  c10::intrusive_ptr<c10d::Work> run_flat(Request& rq, const at::Tensor& in, const at::Tensor& out,
+                                          std::vector<at::Tensor>& outs);
   HostEngine& host();
   CudaPath& cuda() const;  // PURLIN-CUDA hook: created on the first CUDA tensor
 
