@@ -37,7 +37,9 @@ def cuda_arch_flags():
     return flags + ["-gencode=arch=compute_90,code=compute_90"]
 
 
-cxx_flags = ["-O3", "-std=c++17", "-fvisibility=hidden"]
+# No -std here: torch adds the standard its headers need (C++17 up to 2.13,
+# C++20 from 2.14); the torch-free sources compile as either.
+cxx_flags = ["-O3", "-fvisibility=hidden"]
 srcs = sources("common/*.cc", "snac/*.cc", "atom/*.cc", "atom/cpu/*.cc", "backend/*.cc")
 cuda_glue = sources("backend/cuda_*.cc")  # torch-aware CUDA glue, only in CUDA builds
 srcs = [s for s in srcs if s not in cuda_glue]
@@ -49,7 +51,7 @@ if with_cuda():
         include_dirs=[os.path.join(ROOT, "csrc")],
         extra_compile_args={
             "cxx": cxx_flags + ["-DPURLIN_WITH_CUDA"],
-            "nvcc": ["-O3", "-std=c++17", "--threads=4", "-DPURLIN_WITH_CUDA"] + cuda_arch_flags(),
+            "nvcc": ["-O3", "--threads=4", "-DPURLIN_WITH_CUDA"] + cuda_arch_flags(),
         },
         libraries=["rt"],
     )
