@@ -164,6 +164,14 @@ class TestCollectivesWorld4(CollectiveTests, DistTestCase):
     WORLD_SIZE = 4
 
 
+class TestCollectivesWorld8(CollectiveTests, DistTestCase):
+    """8 ranks (more than the CI machine's cores): the CPU Atom at the largest
+    world size the GPU kinds have; a smaller size set keeps it quick."""
+
+    WORLD_SIZE = 8
+    SIZES = (1, 7, 1025)
+
+
 class TestCollectivesSmallWorkspace(CollectiveTests, DistTestCase):
     """64 KiB per-rank workspace: every size from 16385 elements up is pipelined."""
 
