@@ -32,18 +32,13 @@ namespace {
 
 constexpr size_t kMaxPlans = 1024;
 
-std::string where(const char* op, int rank) {
-  return std::string("purlin ") + op + " on rank " + std::to_string(rank) + ": ";
-}
-
 bool is_reduction(const std::string& op) { return op.rfind("all_reduce", 0) == 0 || op.rfind("reduce", 0) == 0; }
 
+// request.h's classification, in the device lowering's terms.
 cu::IoAlias alias_of(const Request& rq) {
-  const size_t es = dtype_size(rq.dtype);
-  const auto a = reinterpret_cast<uintptr_t>(rq.in), b = reinterpret_cast<uintptr_t>(rq.out);
-  const uintptr_t an = static_cast<uintptr_t>(rq.in_numel) * es, bn = static_cast<uintptr_t>(rq.out_numel) * es;
-  if (!an || !bn || a + an <= b || b + bn <= a) return cu::IoAlias::Disjoint;
-  return a == b ? cu::IoAlias::Same : cu::IoAlias::Overlap;
+  static_assert(static_cast<int>(cu::IoAlias::Same) == static_cast<int>(IoAlias::Same) &&
+                static_cast<int>(cu::IoAlias::Overlap) == static_cast<int>(IoAlias::Overlap));
+  return static_cast<cu::IoAlias>(io_alias(rq));
 }
 
 const char* kind_name(int kind) {
@@ -219,7 +214,7 @@ std::vector<PeerMeta> CudaEngine::peer_meta(const Request& rq) {
     }
   }
   const std::string why = check_agreement(all, rank_);
-  if (!why.empty()) throw std::invalid_argument(where(rq.name, rank_) + why);
+  if (!why.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + why);
   return all;
 }
 
@@ -280,13 +275,13 @@ void CudaEngine::order_after_last(cudaStream_t s) {
 
 void CudaEngine::launch(Request& rq, cudaStream_t stream) {
   if (!broken_.empty())
-    throw std::runtime_error(where(rq.name, rank_) + "the group is unusable after an earlier failure: " + broken_);
+    throw std::runtime_error(error_prefix(rq.name, rank_) + "the group is unusable after an earlier failure: " + broken_);
   const std::string err = read_error(*ws_, timeout_);
   if (!err.empty()) {
     broken_ = err;
     throw std::runtime_error(err);
   }
-  if (!rq.error.empty()) throw std::invalid_argument(where(rq.name, rank_) + rq.error);
+  if (!rq.error.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + rq.error);
   const std::vector<PeerMeta> all = peer_meta(rq);
   const CachedPlan& c = plan_for(rq, all);
   if (c.plan.rounds == 0) return;  // nothing moves on any rank
@@ -313,7 +308,7 @@ void CudaEngine::launch(Request& rq, cudaStream_t stream) {
   l.op_name = cu::intern_name(rq.name);
   l.threads = ws_->threads();
   const cudaError_t e = cu::launch_plan(l, stream);
-  if (e != cudaSuccess) throw std::runtime_error(where(rq.name, rank_) + cu::cuda_error_text(e, "launching the plan kernel"));
+  if (e != cudaSuccess) throw std::runtime_error(error_prefix(rq.name, rank_) + cu::cuda_error_text(e, "launching the plan kernel"));
 }
 
 // ---- CudaPath / CudaOpScope ------------------------------------------------------------

@@ -17,12 +17,6 @@ namespace purlin::backend {
 namespace {
 constexpr size_t kMaxPlans = 256;
 
-std::string where(const char* op, int rank) { return std::string("purlin ") + op + " on rank " + std::to_string(rank) + ": "; }
-
-bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
-  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return an && bn && pa < pb + bn && pb < pa + an;
-}
 }  // namespace
 
 HostEngine::HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv)
@@ -86,7 +80,7 @@ const snac::Plan& HostEngine::plan_for(const Request& rq, const std::vector<Peer
 
 void HostEngine::run(Request& rq) {
   if (!broken_.empty())
-    throw std::runtime_error(where(rq.name, rank_) + "the group is unusable after an earlier failure: " + broken_);
+    throw std::runtime_error(error_prefix(rq.name, rank_) + "the group is unusable after an earlier failure: " + broken_);
   ensure_atom();
   const uint64_t seq = ++seq_;
   atom::WaitSite site{rq.name, "", seq};
@@ -100,18 +94,18 @@ void HostEngine::run(Request& rq) {
     throw std::runtime_error(e.what());
   }
   const std::string why = check_agreement(all, rank_);
-  if (!why.empty()) throw std::invalid_argument(where(rq.name, rank_) + why);
+  if (!why.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + why);
 
-  const size_t esize = dtype_size(rq.dtype);
   // NOTE [direct local reads] A rank may read its own contributions straight
   // from Input when Input and Output are disjoint, or when they are the same
   // buffer of an elementwise-aligned collective (all_reduce, reduce,
   // broadcast): there each output element is written by the op that reads
   // the same input element, or later (two-shot phase 1), never earlier, and
   // Atom reduce reads every source before storing (dst may alias a source).
-  const bool same = rq.in == rq.out && rq.in_numel == rq.out_numel;
+  const IoAlias alias = io_alias(rq);
+  const bool same = alias == IoAlias::Same && rq.in_numel == rq.out_numel;
   const bool aligned = rq.op == CollOp::AllReduce || rq.op == CollOp::Reduce || rq.op == CollOp::Broadcast;
-  const bool direct_local = !overlaps(rq.in, rq.in_numel * esize, rq.out, rq.out_numel * esize) || (same && aligned);
+  const bool direct_local = alias == IoAlias::Disjoint || (same && aligned);
   const snac::Plan& plan = plan_for(rq, all, direct_local);
   std::vector<double> scales;
   if (rq.redop == RedOp::PremulSum)

@@ -198,4 +198,16 @@ uint64_t spec_hash(const snac::Spec& s) {
   return h;
 }
 
+IoAlias io_alias(const Request& rq) {
+  const size_t es = dtype_size(rq.dtype);
+  const auto a = reinterpret_cast<uintptr_t>(rq.in), b = reinterpret_cast<uintptr_t>(rq.out);
+  const uintptr_t an = static_cast<uintptr_t>(rq.in_numel) * es, bn = static_cast<uintptr_t>(rq.out_numel) * es;
+  if (!an || !bn || a + an <= b || b + bn <= a) return IoAlias::Disjoint;
+  return a == b ? IoAlias::Same : IoAlias::Overlap;
+}
+
+std::string error_prefix(const char* op, int rank) {
+  return std::string("purlin ") + op + " on rank " + std::to_string(rank) + ": ";
+}
+
 }  // namespace purlin::backend

@@ -70,4 +70,15 @@ std::string plan_key(const Request& rq, const std::vector<PeerMeta>& all);
 
 uint64_t spec_hash(const snac::Spec& s);
 
+// How this rank's flat Input and Output relate in memory.
+enum class IoAlias : uint8_t {
+  Disjoint = 0,  // separate memory (or one of them empty)
+  Same = 1,      // same start address
+  Overlap = 2,   // overlapping otherwise
+};
+IoAlias io_alias(const Request& rq);
+
+// "purlin <op> on rank <r>: " — how every engine error message starts.
+std::string error_prefix(const char* op, int rank);
+
 }  // namespace purlin::backend
