@@ -30,7 +30,10 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch.testing._internal.common_distributed import MultiProcessTestCase
+try:  # torch's test harness needs expecttest, which the GPU machine lacks; its GPU tests use only the helpers
+    from torch.testing._internal.common_distributed import MultiProcessTestCase
+except ImportError:  # pragma: no cover
+    MultiProcessTestCase = object
 
 # all_gather_into_tensor / reduce_scatter_tensor / *_coalesced are deprecated
 # aliases in torch 2.13; their warnings would drown the test output.

@@ -51,8 +51,8 @@ def simulate(spec, plans, seed=0):
 
     def buf(ref, me):
         kind, rank, off = ref
-        if kind == IN:
-            return inputs[me], off
+        if kind == IN:  # own input, or a peer's in zero-copy plans
+            return inputs[rank], off
         if kind == OUT:
             return outputs[me], off
         return ws[rank], off
@@ -92,6 +92,9 @@ def simulate(spec, plans, seed=0):
                 dbuf[doff + e] = vals[0] if code == COPY else tuple(vals)
                 if op["dst"][0] == OUT:
                     writes[r][doff + e] += 1
+        if pcs[r] == len(plans[r]["ops"]):
+            # The collective returned on rank r: its caller may now overwrite the input.
+            inputs[r][:] = [None] * len(inputs[r])
 
 
 def check_signals_match(plans):

@@ -38,7 +38,7 @@ SIZES = (1, 3, 7, 127, 1000, 4099, 65537, 1_000_003)
 FAMILIES = (
     "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
-    "mixed_backend", "counters", "fallback", "timeout",
+    "mixed_backend", "counters", "fallback", "zero_copy", "block_counts", "call_tag", "timeout",
 )
 
 
@@ -608,6 +608,165 @@ def _worker(rank, world, init_file, out_dir):
         assert cnt["all_gather_into_tensor"] == (1, 0), cnt
 
     R.check("bool/complex reductions and a forced op use NCCL", fallback_case)
+
+    # -- zero-copy: inputs from the symmetric pool are read in place (NOTE [zero-copy]) ----------------------
+    R.family = "zero_copy"
+    zc = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
+    two_shot_n = 8 * 1024 * 1024 // 2 + 4099  # bf16 elements above TORCH_PURLIN_CUDA_TWO_SHOT_BYTES (8M)
+
+    def sym(n, dtype, values=None):
+        t = torch_purlin.empty(n, dtype=dtype, device=dev, group=zc)
+        if values is not None:
+            t.copy_(values.to(dev))
+        return t
+
+    def zero_copy_case(op, n, dtype):
+        xs = inputs(n, dtype, "sum")
+        if op == "all_reduce":  # in place: zero-copy only as two-shot (NOTE [zero-copy in place])
+            t = sym(n, dtype, xs[rank])
+            dist.all_reduce(t, group=zc)
+            want_proto = "two-shot+zero-copy" if n * t.element_size() >= 8 << 20 else "one-shot"
+            assert torch_purlin.last_launch(zc)["protocol"] == want_proto, torch_purlin.last_launch(zc)
+            ref = xs[rank].to(dev)
+            dist.all_reduce(ref, group=nccl)
+            assert_close_to(t, ref, xs, "sum", f"zero-copy all_reduce n={n}")
+            assert_reduced(t, xs, "sum", f"zero-copy all_reduce n={n}")
+            return
+        inp = sym(W * n if op in ("reduce_scatter_tensor", "all_to_all_single") else n, dtype)
+        full = [make_input(R.seed(), r, inp.numel(), dtype) for r in range(W)]
+        inp.copy_(full[rank].to(dev))
+        if op == "all_gather_into_tensor":
+            out = torch.empty(W * n, dtype=dtype, device=dev)
+            dist.all_gather_into_tensor(out, inp, group=zc)
+            ref = torch.empty_like(out)
+            dist.all_gather_into_tensor(ref, full[rank].to(dev), group=nccl)
+            assert_equal(out, torch.cat(full), f"zero-copy all_gather n={n}")
+        elif op == "reduce_scatter_tensor":
+            out = torch.empty(n, dtype=dtype, device=dev)
+            dist.reduce_scatter_tensor(out, inp, group=zc)
+            assert_reduced(out, [f[rank * n:(rank + 1) * n] for f in full], "sum", f"zero-copy reduce_scatter n={n}")
+            ref = torch.empty_like(out)
+            dist.reduce_scatter_tensor(ref, full[rank].to(dev), group=nccl)
+            assert_close_to(out, ref, [f[rank * n:(rank + 1) * n] for f in full], "sum", "vs NCCL")
+        elif op == "all_to_all_single":
+            out = torch.empty(W * n, dtype=dtype, device=dev)
+            dist.all_to_all_single(out, inp, group=zc)
+            ref = torch.empty_like(out)
+            dist.all_to_all_single(ref, full[rank].to(dev), group=nccl)
+            assert_equal(out, ref, f"zero-copy all_to_all_single n={n}")
+        elif op == "broadcast":
+            dist.broadcast(inp, src=1, group=zc)
+            assert_equal(inp, full[1], f"zero-copy broadcast n={n}")
+        assert "zero-copy" in torch_purlin.last_launch(zc)["protocol"], torch_purlin.last_launch(zc)
+        # The caller may overwrite its input as soon as the op returned (Release waits).
+        inp.fill_(-1)
+        torch.cuda.synchronize()
+
+    for op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast", "all_reduce"):
+        for n in (1, 4098, 1_000_002) if op != "all_reduce" else (1000, two_shot_n):
+            for dtype in (torch.bfloat16, torch.float32):
+                R.check(f"{op} n={n} {dtype}", zero_copy_case, op, n, dtype)
+
+    def zero_copy_many_rounds():  # larger than the 64 MB workspace: two-shot scratch in rounds
+        n = 40_000_000
+        xs = [torch.randn(n, generator=torch.Generator().manual_seed(R.seed() + r)) for r in range(W)]
+        t = sym(n, torch.float32, xs[rank])
+        dist.all_reduce(t, group=zc)
+        assert_reduced(t, xs, "sum", "zero-copy all_reduce 160 MB")
+        del t
+
+    R.check("all_reduce 160 MB float32", zero_copy_many_rounds)
+
+    def zero_copy_graph():
+        n = two_shot_n
+        t = sym(n, torch.bfloat16)
+        src = sym(4099, torch.float32)
+        out = torch.empty(W * 4099, device=dev)
+        t.fill_(1)
+        src.fill_(1)
+        dist.all_reduce(t, group=zc)
+        dist.all_gather_into_tensor(out, src, group=zc)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            dist.all_reduce(t, group=zc)
+            dist.all_gather_into_tensor(out, src, group=zc)
+        for it in range(5):
+            s_ = R.seed()
+            xs = [make_input(s_, r, n, torch.bfloat16) for r in range(W)]
+            ys = [make_input(s_ + 1, r, 4099, torch.float32) for r in range(W)]
+            t.copy_(xs[rank].to(dev))
+            src.copy_(ys[rank].to(dev))
+            g.replay()
+            torch.cuda.synchronize()
+            assert_reduced(t, xs, "sum", f"graph zero-copy all_reduce it={it}")
+            assert_equal(out, torch.cat(ys), f"graph zero-copy all_gather it={it}")
+
+    R.check("zero-copy ops in a CUDA graph", zero_copy_graph)
+
+    def allocate_tensor_api():
+        be = torch_purlin.get_purlin_backend(zc, "cuda")
+        t = be.empty([3, 5], torch.int32, dev)
+        assert t.shape == (3, 5) and t.dtype == torch.int32 and t.device == dev
+        freed = [torch_purlin.empty(1 << 20, dtype=torch.uint8, device=dev, group=zc) for _ in range(4)]
+        del freed  # blocks return to the pool; the next allocation reuses them on every rank
+        u = torch_purlin.empty(1 << 20, dtype=torch.uint8, device=dev, group=zc)
+        u.fill_(rank + 1)
+        v = torch.empty(W << 20, dtype=torch.uint8, device=dev)
+        dist.all_gather_into_tensor(v, u, group=zc)
+        assert_equal(v, torch.cat([torch.full((1 << 20,), r + 1, dtype=torch.uint8) for r in range(W)]), "reuse")
+
+    R.check("empty / pool reuse", allocate_tensor_api)
+
+    # -- block counts: the launch's block count follows the size (launch_config.h) --------------------------
+    R.family = "block_counts"
+
+    def block_count_case():
+        seen = {}
+        for n in (256, 65536, 1 << 20, 16 << 20):
+            t = torch.ones(n, dtype=torch.bfloat16, device=dev)
+            dist.all_reduce(t, group=pg)
+            assert torch.all(t == W), f"n={n}"
+            seen[n] = torch_purlin.last_launch(pg)["blocks"]
+        assert seen[256] < seen[16 << 20], seen
+        assert sorted(seen.values()) == list(seen.values()), seen
+
+    R.check("small messages use fewer blocks", block_count_case)
+
+    # -- call tags: mismatched calls are named, nothing is read (NOTE [call tags]) --------------------------
+    R.family = "call_tag"
+
+    def call_tag_case(kind):
+        bad = dist.new_group(backend="purlin", timeout=timedelta(seconds=10))
+        warm = torch.ones(8, device=dev)
+        dist.all_reduce(warm, group=bad)
+        torch.cuda.synchronize()
+        if kind == "sizes":
+            t = torch.ones(1000 + 512 * rank, device=dev)  # ranks disagree on the element count
+        else:
+            p = torch_purlin.empty(1000, device=dev, group=bad)  # collective: both ranks
+            t = p if rank == 0 else torch.empty(1000, device=dev)
+            t.fill_(1)
+            out = torch.empty(W * 1000, device=dev)
+        before = t.clone()
+        if kind == "sizes":
+            dist.all_reduce(t, group=bad)
+        else:
+            dist.all_gather_into_tensor(out, t, group=bad)  # rank 0 zero-copy, rank 1 staged
+        torch.cuda.synchronize()
+        try:
+            dist.all_reduce(warm, group=bad)
+        except RuntimeError as e:
+            msg = str(e)
+            assert f"on rank {rank}" in msg and f"rank {1 - rank} called this collective with other arguments" in msg, msg
+        else:
+            raise AssertionError("no error after a mismatched call")
+        if kind == "sizes":
+            assert_equal(t, before, "nothing of the peer's data was read")
+        dist.barrier(group=host)
+
+    for kind in ("sizes", "pool placement"):
+        R.check(kind, call_tag_case, kind)
 
     # -- timeout: a rank that never arrives is named, the process stays usable ------------------------------
     R.family = "timeout"

@@ -35,9 +35,10 @@ def builtin_specs(W, n, rng):
     ]
 
 
-def check(spec, slot, align, two_shot, direct_local, seeds=(0, 1)):
+def check(spec, slot, align, two_shot, direct_local, seeds=(0, 1), read_peer_inputs=False):
     plans = [
-        torch_purlin.make_plan(spec, r, slot, align, two_shot=two_shot, direct_local=direct_local)
+        torch_purlin.make_plan(spec, r, slot, align, two_shot=two_shot, direct_local=direct_local,
+                               read_peer_inputs=read_peer_inputs)
         for r in range(spec.world)
     ]
     check_signals_match(plans)
@@ -60,6 +61,23 @@ def test_builtin_plans(W):
                 for two_shot in (False, True):
                     for direct_local in (True, False):
                         check(spec, slot, align, two_shot, direct_local)
+
+
+@pytest.mark.parametrize("W", WORLDS)
+def test_zero_copy_plans(W):
+    """NOTE [zero-copy]: peers read inputs in place, nothing is staged, and no
+    rank returns (its input is poisoned in the simulation) while a peer still
+    reads it."""
+    rng = random.Random(100 + W)
+    for n in (0, 1, 5, 37):
+        for spec in builtin_specs(W, n, rng):
+            for slot, align in ((1 << 20, 1), (8 * W, 4)):
+                for two_shot in (False, True):
+                    plans = check(spec, slot, align, two_shot, True, seeds=(0, 1, 2), read_peer_inputs=True)
+                    for p in plans:
+                        for op in p["ops"]:
+                            if op["code"] == 2 and op["dst"][0] == 2:  # a copy into the workspace
+                                assert op["srcs"][0][0] != 0, f"{spec.name}: zero-copy plan stages its input"
 
 
 @pytest.mark.parametrize("W", [2, 3, 5, 8])

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# device_session.sh — everything one GPU session needs, in one call:
-#   1. build + GPU test suite      (test/gpu/run_gpu_suite.sh)
-#   2. benchmarks, purlin vs NCCL  (torch_purlin.bench, eager and graph)
-#   3. compute-sanitizer memcheck over the 2-GPU smoke program
-# Results come back in at most 8 files: $OUT/summary.txt (the important lines),
-# $OUT/bench_cuda.md + .json (tables), $OUT/logs.tgz (all logs).
-#   SUITE_S / BENCH_S / SANITIZER_S: seconds for each part.
+# device_session.sh — what one GPU session needs, in one or two calls:
+#   bash tools/device_session.sh [suite] [sanitize] [bench] [sweep]   (default: all four)
+#   suite     build + GPU test suite          (test/gpu/run_gpu_suite.sh)
+#   sanitize  compute-sanitizer memcheck, racecheck, synccheck over test/gpu/smoke.py
+#   bench     benchmarks, purlin vs NCCL (and symm-mem), eager and graph  (BENCH_ARGS to override)
+#   sweep     all_reduce / all_gather at fixed block counts (tuning of launch_config*.cu)
+# A part after `suite` reuses the build when the machine is still warm; if
+# torch_purlin/_C*.so is missing it builds first. Results come back in at
+# most 8 files: $OUT/summary.txt (the important lines), $OUT/bench_cuda.md +
+# .json, $OUT/bench_png.tgz, $OUT/logs.tgz (all logs).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -16,37 +19,53 @@ LOGS="$OUT/logs"
 mkdir -p "$LOGS"
 S="$OUT/summary.txt"
 say() { echo "$@" | tee -a "$S"; }
+parts="${*:-suite sanitize bench sweep}"
+has() { [[ " $parts " == *" $1 "* ]]; }
 
-say "== device session $(date -u +%F' '%T) UTC"
-OUT="$LOGS" PURLIN_GPU_DEADLINE_S="${SUITE_S:-280}" bash test/gpu/run_gpu_suite.sh "$@" >"$LOGS/suite.txt" 2>&1
-say "suite exit $?"
-grep -E "^(FAILED|ERROR)|passed|failed|BUILD|build:|tests:" "$LOGS/suite.txt" | tail -40 >>"$S"
+say "== device session $(date -u +%F' '%T) UTC: $parts"
+if has suite || ! ls torch_purlin/_C*.so >/dev/null 2>&1; then
+  OUT="$LOGS" PURLIN_GPU_DEADLINE_S="${SUITE_S:-330}" bash test/gpu/run_gpu_suite.sh \
+    ${SUITE_FILES:-test/test_gpu_collectives.py test/test_gpu_copy_engine.py test/test_gpu_training.py} \
+    >"$LOGS/suite.txt" 2>&1
+  say "suite exit $?"
+  grep -E "^(FAILED|ERROR)|passed|failed|BUILD|build:|tests:|error:" "$LOGS/suite.txt" | tail -40 >>"$S"
+fi
 
-if [ -f torch_purlin/_C*.so ] || ls torch_purlin/_C*.so >/dev/null 2>&1; then
+if has sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    timeout "${SANITIZER_S:-100}" compute-sanitizer --tool "$tool" --target-processes all \
+      python3 test/gpu/smoke.py >"$LOGS/sanitizer_$tool.txt" 2>&1
+    say "== compute-sanitizer $tool exit $?: $(grep -c "FAIL" "$LOGS/sanitizer_$tool.txt") smoke failures"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Race reported|Invalid|Barrier error" "$LOGS/sanitizer_$tool.txt" | sort | uniq -c | head -12 >>"$S"
+    # NCCL's own init probes kernel images of other architectures (error 209
+    # in ncclInitKernelsForDevice): count reports with and without NCCL frames.
+    say "  reports: $(grep -c "Program hit\|Invalid\|Race reported\|Barrier error" "$LOGS/sanitizer_$tool.txt") total, \
+$(grep -A14 "Program hit\|Invalid\|Race reported\|Barrier error" "$LOGS/sanitizer_$tool.txt" | grep -c "libnccl") NCCL frames, \
+$(grep -A14 "Program hit\|Invalid\|Race reported\|Barrier error" "$LOGS/sanitizer_$tool.txt" | grep -c "plan_kernel\|purlin") purlin frames"
+  done
+fi
+
+if has bench; then
   say "== bench"
-  timeout "${BENCH_S:-200}" torchrun --nproc-per-node=2 -m torch_purlin.bench --device cuda \
-    --ops "${BENCH_OPS:-all_reduce,all_gather,reduce_scatter,broadcast,all_to_all}" \
-    -b "${BENCH_MIN:-1K}" -e "${BENCH_MAX:-256M}" -f "${BENCH_STEP:-4}" --mode both --time-cap 0.25 \
+  timeout "${BENCH_S:-420}" torchrun --nproc-per-node=2 -m torch_purlin.bench --device cuda \
+    ${BENCH_ARGS:---ops all_reduce,all_gather,reduce_scatter,broadcast,all_to_all -b 1K -e 256M -f 4 --mode both --time-cap 0.25} \
     --json "$OUT/bench_cuda.json" >"$OUT/bench_cuda.md" 2>"$LOGS/bench.err"
   say "bench exit $?"
   tail -5 "$LOGS/bench.err" >>"$S"
+  if [ -f benchmarks/plot.py ]; then
+    mkdir -p "$LOGS/png" && python3 benchmarks/plot.py "$OUT/bench_cuda.json" --out "$LOGS/png" >>"$LOGS/plot.txt" 2>&1
+    tar -czf "$OUT/bench_png.tgz" -C "$LOGS" png 2>/dev/null
+  fi
+fi
 
-  # Tuning probe: all_reduce at large sizes with more blocks per launch.
-  for g in ${BLOCK_SWEEP:-64 128}; do
+if has sweep; then
+  # Tuning probe: graph-mode times at fixed block counts.
+  for g in ${BLOCK_SWEEP:-2 8 32 128}; do
     TORCH_PURLIN_CUDA_BLOCKS=$g timeout 60 torchrun --nproc-per-node=2 -m torch_purlin.bench --device cuda \
-      --ops all_reduce,all_gather -b 1M -e 256M -f 16 --mode graph --time-cap 0.25 >"$LOGS/bench_blocks$g.md" 2>&1
-    say "bench TORCH_PURLIN_CUDA_BLOCKS=$g exit $?"
-    grep -E "^ +[0-9]+ " "$LOGS/bench_blocks$g.md" | awk -v g=$g '{print "  G=" g, $1, $5, $9, $NF}' >>"$S"
+      --ops all_reduce,all_gather -b 1K -e 256M -f 8 --mode graph --impls purlin --time-cap 0.15 \
+      >"$LOGS/bench_blocks$g.md" 2>&1
+    say "sweep TORCH_PURLIN_CUDA_BLOCKS=$g exit $?"
+    grep -E "^ +[0-9]+ " "$LOGS/bench_blocks$g.md" | awk -v g=$g '{print "  G=" g, $1, $5}' >>"$S"
   done
-
-  say "== compute-sanitizer memcheck (smoke)"
-  timeout "${SANITIZER_S:-90}" compute-sanitizer --tool memcheck --target-processes all \
-    python3 test/gpu/smoke.py >"$LOGS/sanitizer.txt" 2>&1
-  say "sanitizer exit $?"
-  grep -E "ERROR SUMMARY|FAIL|Invalid" "$LOGS/sanitizer.txt" | head -20 >>"$S"
-  # NCCL's own init probes kernel images of other architectures (error 209 in
-  # ncclInitKernelsForDevice); count what is left outside NCCL.
-  say "sanitizer reports outside NCCL init: $(grep -c "Program hit\|Invalid" "$LOGS/sanitizer.txt") total, \
-$(grep -A12 "Program hit\|Invalid" "$LOGS/sanitizer.txt" | grep -c "libnccl") with NCCL frames"
 fi
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"

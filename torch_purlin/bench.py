@@ -1,11 +1,13 @@
-"""Collective benchmark: purlin next to other backends, in nccl-tests columns.
+"""Collective benchmark: purlin next to other implementations, in nccl-tests columns.
 
     torchrun --nproc-per-node=N -m torch_purlin.bench [--impls purlin,gloo] [--device cpu] ...
 
-Each impl is a process group of its own (dist.new_group(backend=NAME)); all
-impls run on the same buffers, sizes and iteration counts, in the same
-processes, one after another at each size, so their ratios are fair. Rank 0
-prints the tables (bench_report.py). See benchmarks/README.md.
+Each impl (bench_impls.py) is a process group of its own, or torch's symmetric
+memory ops; all impls run at the same sizes and iteration counts, in the same
+processes, one after another at each size, so their ratios are fair. Backends
+share one set of buffers; purlin-sym and symm1/symm2 allocate their own
+symmetric buffers. Rank 0 prints the tables (bench_report.py). See
+benchmarks/README.md.
 
 NOTE [bench data]: each check fills the inputs with fresh pseudo-random
 integers in [-4, 4], seeded by check number and rank, so any rank can rebuild
@@ -14,7 +16,6 @@ any other rank's input. Their sums are exact in every dtype up to 31 ranks, so
 result equals, so an element the op never wrote counts as wrong.
 """
 import argparse
-import importlib
 import os
 import statistics
 import sys
@@ -25,14 +26,15 @@ import torch
 import torch.distributed as dist
 
 if __package__:
-    from . import bench_report
+    from . import bench_impls, bench_report
 else:                   # run by path: works before torch_purlin._C is built
+    import bench_impls
     import bench_report
 
 ROOT = 0
 SENTINEL = 127          # |any correct result| <= 4 * 31
 GRAPH_OPS = 20          # collectives captured in one CUDA graph
-NO_GRAPH = {"gloo", "mpi"}  # host-side backends; a capture attempt can hang, not just fail
+FREE_AT = 64 << 20      # from this size on, cached CUDA memory is released after each size
 REDOPS = {"sum": (dist.ReduceOp.SUM, torch.add), "max": (dist.ReduceOp.MAX, torch.maximum),
           "min": (dist.ReduceOp.MIN, torch.minimum)}
 # torch 2.13 names, else the older *_tensor spellings
@@ -76,30 +78,41 @@ DEFAULT_OPS = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all"
 
 
 def length(layout, n, c, rank):
-    if layout.endswith("@root") and rank != ROOT:
+    """Elements of one buffer on `rank` (rank None: on ROOT)."""
+    if layout.endswith("@root") and rank not in (None, ROOT):
         return 0
     return n * c if layout.startswith("nc") else c
 
 
 class Case:
-    """The buffers of one (op, placement, count), shared by every impl."""
+    """The buffers of one (op, placement, count): shared by every backend impl;
+    purlin-sym and symm-mem impls make their own from their allocators
+    (bench_impls.Impl.buffers), `layout` being their buffers' placement where
+    it differs from the table's (symm1's one-shot all_reduce writes a separate
+    output in the in-place table)."""
 
-    def __init__(self, name, place, c, args, n, rank):
+    def __init__(self, name, place, c, args, n, rank, layout=None, alloc_in=None, alloc_out=None,
+                 everywhere=False):
         self.name, self.op, self.c, self.args, self.n, self.rank = name, OPS[name], c, args, n, rank
-        self.red, self.reduce_fn = REDOPS[args.redop]
-        n_in, n_out = length(self.op.inp, n, c, rank), length(self.op.out, n, c, rank)
-        if place == "out-of-place":
-            self.inp, self.out = self.new(n_in), self.new(n_out)
-            return
-        big = self.new(max(n_in, n_out))
-        small = big if n_in == n_out else big[rank * c:(rank + 1) * c]
-        self.inp, self.out = (big, small) if n_in > n_out else (small, big)
+        self.place, self.red, self.reduce_fn = place, *REDOPS[args.redop]
+        n_in, n_out = (length(x, n, c, None if everywhere else rank) for x in (self.op.inp, self.op.out))
+        if (layout or place) == "out-of-place":
+            self.inp, self.out = self.new(n_in, alloc_in), self.new(n_out, alloc_out)
+        else:
+            big = self.new(max(n_in, n_out), alloc_in if n_in >= n_out else alloc_out)
+            small = big if n_in == n_out else big[rank * c:(rank + 1) * c]
+            self.inp, self.out = (big, small) if n_in > n_out else (small, big)
+        self.held = (self.inp, self.out)    # freed with the Case, at the same point on every rank
+        if everywhere and rank != ROOT:     # allocated collectively, passed only on ROOT
+            self.inp = self.inp if length(self.op.inp, n, c, rank) else None
+            self.out = self.out if length(self.op.out, n, c, rank) else None
 
-    def new(self, numel):
-        return torch.empty(numel, dtype=self.args.dtype, device=self.args.device) if numel else None
-
-    def run(self, group):
-        self.op.run(self, group)
+    def new(self, numel, alloc=None):
+        if not numel:
+            return None
+        if alloc:
+            return alloc(numel)
+        return torch.empty(numel, dtype=self.args.dtype, device=self.args.device)
 
     def data(self, seed, r):
         """Rank r's input for check number `seed` (NOTE [bench data])."""
@@ -123,17 +136,23 @@ class Case:
             return torch.cat([self.data(seed, j) for j in range(n)])
         if name == "all_to_all":
             return torch.cat([self.data(seed, j)[mine] for j in range(n)])
-        acc = self.data(seed, 0).double()     # all_reduce, reduce, reduce_scatter
+        wide = self.exact_dtype()                   # all_reduce, reduce, reduce_scatter
+        acc = self.data(seed, 0).to(wide)
         for j in range(1, n):
-            acc = self.reduce_fn(acc, self.data(seed, j).double())
+            acc = self.reduce_fn(acc, self.data(seed, j).to(wide))
         return acc[mine] if name == "reduce_scatter" else acc
+
+    def exact_dtype(self):
+        """Exact for every value of NOTE [bench data]; float32 halves the check's memory at 1 GiB."""
+        return torch.float64 if self.args.dtype.itemsize >= 8 else torch.float32
 
     def count_wrong(self, seed) -> int:
         if self.out is None or (self.name == "reduce" and self.rank != ROOT):
             return 0
         dt = self.args.dtype
         rtol = self.n * torch.finfo(dt).eps if dt.is_floating_point and self.op.reduces else 0.0
-        ok = torch.isclose(self.out.double(), self.expected(seed).double(), rtol=rtol, atol=0.0)
+        wide = self.exact_dtype()
+        ok = torch.isclose(self.out.to(wide), self.expected(seed).to(wide), rtol=rtol, atol=0.0)
         return int((~ok).sum())
 
 
@@ -169,18 +188,18 @@ def time_calls(fn, iters, args, per=1):
     return [s.elapsed_time(e) / 1e3 / per for s, e in ev]
 
 
-def capture(case, group):
+def capture(run):
     """A CUDA graph of GRAPH_OPS calls, after one warm call on a side stream."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        case.run(group)
+        run()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(GRAPH_OPS):
-            case.run(group)
+            run()
     return g
 
 
@@ -189,26 +208,53 @@ def attempt(fn):
     try:
         value, err = fn(), None
     except Exception as e:  # an impl lacking an op, dtype or mode: report n/a
-        value, err = None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        value, err = None, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
     if agree([1.0 if err else 0.0])[0]:
         return None, err or "failed on another rank"
     return value, None
 
 
-def measure(case, impl, backend, group, mode, seed, args):
+def own_case(shared, impl):
+    """The Case of an impl with its own (symmetric, collectively allocated) buffers."""
+    a = shared
+    case = Case(a.name, a.place, a.c, a.args, a.n, a.rank, **impl.buffers(a.name, a.place))
+    impl.ready(case)
+    return case
+
+
+def launch_fields(impl, args):
+    """proto / sms / threads of purlin's last CUDA launch (after warmup); {} for
+    other impls and on cpu. '?' where torch_purlin.last_launch is missing or fails."""
+    info = impl.launch() if args.device.type == "cuda" else None
+    if info is None:
+        return {}
+    return dict(proto=str(info.get("protocol") or "?"), sms=info.get("blocks"),
+                threads=info.get("threads"), launch=info)
+
+
+def measure(shared, impl, mode, seed, args):
     """One impl on one case: time, #wrong, or the error that makes it n/a."""
-    rec = dict(impl=impl, error=None, wrong=None, time_us=None)
-    if mode == "graph" and backend in NO_GRAPH:
-        rec["error"] = f"{backend} cannot be captured in a CUDA graph"
+    t_start = time.perf_counter()
+    rec = dict(impl=impl.label, kind=impl.kind, error=None, wrong=None, time_us=None)
+    if mode == "graph" and not impl.graphable:
+        rec["error"] = f"{impl.label} cannot be captured in a CUDA graph"
         return rec
+    case = shared
+    if impl.own_buffers:
+        case, rec["error"] = attempt(lambda: own_case(shared, impl))
+        if case is None:
+            return rec
+
+    def run():
+        impl.run(case)
 
     def first_calls():
         case.fill(seed)
-        case.run(group)
+        run()
         sync(args)
         wrong = case.count_wrong(seed) if args.check else 0
         t0 = time.perf_counter()        # probe the cost after any lazy setup
-        case.run(group)
+        run()
         sync(args)
         return wrong, time.perf_counter() - t0
     got, rec["error"] = attempt(first_calls)
@@ -219,10 +265,11 @@ def measure(case, impl, backend, group, mode, seed, args):
     iters = max(1, min(args.iters, int(args.time_cap / max(per_call, 1e-9))))
     warmup = min(args.warmup, iters)
     if mode == "graph":
-        graph, rec["error"] = attempt(lambda: capture(case, group))
+        graph, rec["error"] = attempt(lambda: capture(run))
         if graph is None:
             return rec
         time_calls(graph.replay, warmup, args)
+        rec.update(launch_fields(impl, args))
         samples = time_calls(graph.replay, iters, args, per=GRAPH_OPS)
         if args.check and not (case.op.reduces and args.redop == "sum"):
             # only repeatable ops can be checked after GRAPH_OPS calls; else the eager check stands
@@ -230,9 +277,11 @@ def measure(case, impl, backend, group, mode, seed, args):
             graph.replay()
             sync(args)
             wrong += case.count_wrong(seed + 1)
+        del graph
     else:
-        time_calls(lambda: case.run(group), warmup, args)
-        samples = time_calls(lambda: case.run(group), iters, args)
+        time_calls(run, warmup, args)
+        rec.update(launch_fields(impl, args))
+        samples = time_calls(run, iters, args)
     med = [0.0] * case.n
     med[case.rank] = statistics.median(samples) * 1e6
     rec["rank_median_us"] = agree(med, dist.ReduceOp.SUM)
@@ -240,6 +289,7 @@ def measure(case, impl, backend, group, mode, seed, args):
     rec["samples_us"] = [s * 1e6 for s in samples]   # rank 0's are the ones saved
     rec["iters"], rec["warmup"] = iters, warmup
     rec["wrong"] = int(agree([wrong], dist.ReduceOp.SUM)[0]) if args.check else None
+    rec["wall_s"] = time.perf_counter() - t_start    # setup, check and timing of this cell
     return rec
 
 
@@ -247,6 +297,20 @@ def parse_bytes(text):
     text = text.strip().upper().removesuffix("B")
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:])
     return int(float(text[:-1]) * scale) if scale else int(text)
+
+
+# --preset: values for the options not given on the command line. "full" is the
+# issue's sweep (1K..1G, x4, eager and graph), "quick" a 6-size look at it; no
+# preset keeps the historical defaults. Cost estimates: benchmarks/README.md.
+PRESETS = {
+    None: dict(min_bytes=4 << 10, max_bytes=64 << 20, step_factor=2, iters=20, warmup=5,
+               time_cap=2.0, mode="eager"),
+    "full": dict(min_bytes=1 << 10, max_bytes=1 << 30, step_factor=4, iters=20, warmup=5,
+                 time_cap=0.25, mode="both"),
+    "quick": dict(min_bytes=1 << 10, max_bytes=1 << 30, step_factor=16, iters=10, warmup=2,
+                  time_cap=0.05, mode="both"),
+}
+DEFAULT_IMPLS = {"cuda": "purlin,purlin-sym,nccl,symm1,symm2", "cpu": "purlin,purlin-sym,gloo"}
 
 
 def parse_args(argv):
@@ -257,16 +321,22 @@ def parse_args(argv):
     add("--ops", default=DEFAULT_OPS, help=f"comma list of: {','.join(OPS)}")
     add("--dtype", help="torch dtype name; default float32 on cpu, bfloat16 on cuda")
     add("--redop", choices=tuple(REDOPS), default="sum")
-    add("-b", "--min-bytes", type=parse_bytes, default=4 << 10, help="K/M/G suffixes")
-    add("-e", "--max-bytes", type=parse_bytes, default=64 << 20)
-    add("-f", "--step-factor", type=int, default=2)
-    add("-n", "--iters", type=int, default=20)
-    add("-w", "--warmup", type=int, default=5)
-    add("--time-cap", type=float, default=2.0,
-        help="seconds of timed calls per size and impl; fewer iters when needed")
-    add("--impls", help="backends side by side, the first is the speedup baseline; "
-        "default purlin,gloo on cpu, purlin,nccl on cuda")
-    add("--mode", choices=("eager", "graph", "both"), default="eager")
+    add("--preset", choices=[k for k in PRESETS if k],
+        help="defaults for the options not given: full = -b 1K -e 1G -f 4 --mode both "
+        "--time-cap 0.25 (the issue's sweep); quick = -b 1K -e 1G -f 16 --mode both "
+        "--time-cap 0.05 -n 10 -w 2")
+    add("--quick", dest="preset", action="store_const", const="quick", help="--preset quick")
+    add("-b", "--min-bytes", type=parse_bytes, help="K/M/G suffixes; default 4K")
+    add("-e", "--max-bytes", type=parse_bytes, help="default 64M")
+    add("-f", "--step-factor", type=int, help="default 2")
+    add("-n", "--iters", type=int, help="default 20")
+    add("-w", "--warmup", type=int, help="default 5")
+    add("--time-cap", type=float,
+        help="seconds of timed calls per size and impl, fewer iters when needed; default 2.0")
+    add("--impls", help="comma list, the first is the speedup baseline: backend names "
+        "(purlin, nccl, gloo, ...), purlin-sym, symm1, symm2 (symm = both); default "
+        + "; ".join(f"{k}: {v}" for k, v in DEFAULT_IMPLS.items()))
+    add("--mode", choices=("eager", "graph", "both"), help="default eager")
     place = p.add_mutually_exclusive_group()
     place.add_argument("--inplace", dest="place", action="store_const", const="in-place")
     place.add_argument("--out-of-place", dest="place", action="store_const", const="out-of-place")
@@ -274,10 +344,21 @@ def parse_args(argv):
     add("--seed", type=int, default=0)
     add("--json", metavar="PATH")
     add("--png-dir", metavar="DIR")
+    add("--md", metavar="PATH", help="also write the markdown printed on stdout to PATH")
+    add("--out-dir", metavar="DIR", help="bench.md, bench.json and one PNG per op in DIR "
+        "(--md, --json, --png-dir given as well win)")
     a = p.parse_args(argv)
+    for k, v in PRESETS[a.preset].items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.out_dir:
+        a.md = a.md or os.path.join(a.out_dir, "bench.md")
+        a.json = a.json or os.path.join(a.out_dir, "bench.json")
+        a.png_dir = a.png_dir or a.out_dir
     a.device = torch.device(a.device)
     a.dtype = getattr(torch, a.dtype or ("bfloat16" if a.device.type == "cuda" else "float32"))
-    a.impls = (a.impls or ("purlin,nccl" if a.device.type == "cuda" else "purlin,gloo")).split(",")
+    names = (a.impls or DEFAULT_IMPLS[a.device.type]).split(",")
+    a.impls = [x for name in names for x in (("symm1", "symm2") if name == "symm" else (name,))]
     a.ops = a.ops.split(",")
     if set(a.ops) - set(OPS):
         p.error(f"unknown ops {sorted(set(a.ops) - set(OPS))}")
@@ -290,27 +371,70 @@ def parse_args(argv):
     return a
 
 
-def make_groups(impls):
-    """One process group per impl, made in the same order on every rank."""
-    groups, labels = [], []
-    for name in impls:
-        if name == "purlin":
-            importlib.import_module("torch_purlin")     # registers the backend
-        groups.append(dist.new_group(backend=name))
-        k = sum(lab.rstrip("0123456789") == name for lab in labels)
-        labels.append(f"{name}{k + 1}" if k else name)    # gloo,gloo -> gloo, gloo2
-    return groups, labels
+def places(name, args):
+    op = OPS[name]
+    return [p for p in op.places if args.place in (None, p)] or op.places
+
+
+def make_impls(args, rank, n):
+    """The impls in --impls order, made in the same order on every rank; an impl
+    that cannot start here is dropped with one line on stderr (and a note)."""
+    impls = []
+
+    def drop(label, why):
+        args.notes.append(f"skipped {label}: {why}")
+        if rank == 0:
+            print(f"torch_purlin.bench: skipping {label}: {why}", file=sys.stderr, flush=True)
+
+    for name in args.impls:
+        k = sum(i.label.rstrip("0123456789") == name for i in impls)
+        label = f"{name}{k + 1}" if k and name not in bench_impls.SPECIAL else name
+        if label in [i.label for i in impls]:
+            continue                                   # symm1,symm1: once is enough
+        try:
+            impl = bench_impls.make(label, name, args)
+        except bench_impls.Unavailable as e:
+            drop(label, str(e))
+            continue
+        if impl.own_buffers:
+            where = [(op, p) for op in args.ops for p in places(op, args) if impl.supports(op, p)]
+            if not where:
+                args.notes.append(f"{label} has none of --ops; not run")
+                continue
+            probe = Case(*where[0], 64 * n, args, n, rank)   # 64 elements per rank
+            _, err = attempt(lambda: try_once(probe, impl))
+            if err:
+                drop(label, err)
+                continue
+        impls.append(impl)
+    return impls
+
+
+def try_once(shared, impl):
+    """Allocate, fill and run impl once on a small case (NotImplementedError: not here)."""
+    case = own_case(shared, impl)
+    case.fill(0)
+    impl.run(case)
+    sync(case.args)
+
+
+def free_memory(args, size):
+    """Give cached CUDA memory back after a big size, so the next one starts clean."""
+    if args.device.type == "cuda" and size >= FREE_AT:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    args.t0 = time.perf_counter()
     if args.device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group("cpu:gloo,cuda:nccl" if dist.is_nccl_available() else "gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
-    groups, labels = make_groups(args.impls)
+    impls = make_impls(args, rank, n)
     spec = sys.modules["__main__"].__spec__    # None when run by path
-    out = bench_report.Printer(rank == 0, args, labels, n, spec.name if spec else sys.argv[0])
+    out = bench_report.Printer(rank == 0, args, impls, n, spec.name if spec else sys.argv[0])
     sizes = [args.min_bytes]
     while sizes[-1] * args.step_factor <= args.max_bytes:
         sizes.append(sizes[-1] * args.step_factor)
@@ -318,7 +442,10 @@ def main(argv=None):
     for name in args.ops:
         op = OPS[name]
         wide = n if "nc" in op.inp + op.out else 1          # size(B) = wide * count * elem
-        for place in [p for p in op.places if args.place in (None, p)] or op.places:
+        for place in places(name, args):
+            here = [i for i in impls if i.supports(name, place)]
+            if not here:
+                continue
             for mode in args.modes:
                 rows = []
                 for c in dict.fromkeys(size // args.dtype.itemsize // wide for size in sizes):
@@ -329,13 +456,15 @@ def main(argv=None):
                                count=c, dtype=str(args.dtype).removeprefix("torch."),
                                redop=args.redop if op.reduces else "none",
                                busbw_factor=op.busbw(n), impls=[])
-                    for impl, backend, group in zip(labels, args.impls, groups):
+                    for impl in here:
                         seed += 2
-                        row["impls"].append(measure(case, impl, backend, group, mode, seed, args))
+                        row["impls"].append(measure(case, impl, mode, seed, args))
                     rows.append(bench_report.add_bandwidth(row))
-                out.table(rows, labels)
+                    del case
+                    free_memory(args, row["size"])
+                out.table(rows)
                 records += rows
-    out.finish(records, args.json, args.png_dir)
+    out.finish(records)
     dist.destroy_process_group()
 
 

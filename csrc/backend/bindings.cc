@@ -127,16 +127,18 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "make_plan",
-      [](const snac::Spec& spec, int rank, int64_t slot_elems, int64_t align_elems, bool two_shot, bool direct_local) {
+      [](const snac::Spec& spec, int rank, int64_t slot_elems, int64_t align_elems, bool two_shot, bool direct_local,
+         bool read_peer_inputs) {
         snac::PlanOptions o;
         o.slot_elems = slot_elems;
         o.align_elems = align_elems;
         o.reduce_algo = two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
         o.direct_local = direct_local;
+        o.read_peer_inputs = read_peer_inputs;
         return plan_to_dict(snac::make_plan(spec, rank, o));
       },
       py::arg("spec"), py::arg("rank"), py::arg("slot_elems"), py::arg("align_elems") = 1,
-      py::arg("two_shot") = false, py::arg("direct_local") = true);
+      py::arg("two_shot") = false, py::arg("direct_local") = true, py::arg("read_peer_inputs") = false);
 
   m.def("env_vars", []() {
     py::list out;
@@ -152,6 +154,17 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("fallback_factory"))
       .def("counters", &backend::PurlinBackend::counters)
+      .def(
+          "empty",
+          [](backend::PurlinBackend& self, std::vector<int64_t> sizes, at::ScalarType dtype, at::Device device) {
+            return self.empty_symmetric(sizes, at::TensorOptions().dtype(dtype).device(device));
+          },
+          py::arg("sizes"), py::arg("dtype"), py::arg("device"))
+      .def("last_launch",
+           [](const backend::PurlinBackend& self) {
+             auto [protocol, blocks, threads] = self.last_launch();
+             return py::dict(py::arg("protocol") = protocol, py::arg("blocks") = blocks, py::arg("threads") = threads);
+           })
       .def(
           "run_spec",
           [](backend::PurlinBackend& self, const snac::Spec& spec, at::Tensor input, at::Tensor output) {

@@ -38,6 +38,13 @@ namespace purlin::backend {
 
 class CudaOpScope;
 
+// What the group's last CUDA launch ran (benchmarks report it).
+struct LastLaunch {
+  std::string protocol;  // "one-shot", "two-shot", "copy", "+zero-copy", "copy-engine"
+  int blocks = 0;        // SMs the kernel occupied (0: copy engine)
+  int threads = 0;
+};
+
 // One per PurlinBackend; creates the group's CudaEngine on first use.
 class CudaPath {
  public:
@@ -53,6 +60,10 @@ class CudaPath {
   // Runs rq (flat in/out already on the op's device) and returns its Work.
   c10::intrusive_ptr<c10d::Work> run(Request& rq, const std::vector<at::Tensor>& outputs);
   void set_timeout(std::chrono::milliseconds timeout);
+  // A tensor from the group's symmetric pool (NOTE [zero-copy]); collective:
+  // every rank calls it in the same order with the same sizes.
+  at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options);
+  LastLaunch last_launch() const;
 
   struct Impl;
 
@@ -90,6 +101,10 @@ inline c10::intrusive_ptr<c10d::Work> CudaPath::run(Request& rq, const std::vect
   TORCH_CHECK(false, "purlin ", rq.name, ": the CUDA datapath is not available in this build");
 }
 inline void CudaPath::set_timeout(std::chrono::milliseconds) {}
+inline at::Tensor CudaPath::empty(at::IntArrayRef, const at::TensorOptions&) {
+  TORCH_CHECK(false, "purlin: symmetric memory needs the CUDA datapath, which is not in this build");
+}
+inline LastLaunch CudaPath::last_launch() const { return {}; }
 inline CudaOpScope::CudaOpScope(CudaPath*, const std::vector<at::Tensor>&, bool) {}
 inline CudaOpScope::~CudaOpScope() = default;
 #endif

@@ -39,6 +39,27 @@ HostEngine& PurlinBackend::host() {
 }
 
 // PURLIN-CUDA hook
+bool PurlinBackend::supportsTensorAlloc(c10::DeviceIndex) {
+#ifdef PURLIN_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+at::Tensor PurlinBackend::allocateTensor(long size, at::TensorOptions options) {
+  return empty_symmetric({static_cast<int64_t>(size)}, options);
+}
+
+at::Tensor PurlinBackend::empty_symmetric(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return cuda().empty(sizes, options);
+}
+
+std::tuple<std::string, int, int> PurlinBackend::last_launch() const {
+  const LastLaunch l = cuda().last_launch();
+  return {l.protocol, l.blocks, l.threads};
+}
+
 CudaPath& PurlinBackend::cuda() const {
   if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_);
   return *cuda_;

@@ -85,6 +85,16 @@ class PurlinBackend : public c10d::Backend {
 
   std::map<std::string, std::pair<int64_t, int64_t>> counters() const { return fallback_.counters(); }
 
+  // Symmetric memory (NOTE [zero-copy] in snac/plan.h): CUDA tensors from the
+  // group's pool, read in place by collectives. Collective calls. (No
+  // `override`: the Backend virtuals exist from torch 2.8 on; where they
+  // do, these override them.)
+  bool supportsTensorAlloc(c10::DeviceIndex device);
+  at::Tensor allocateTensor(long size, at::TensorOptions options = {});
+  at::Tensor empty_symmetric(at::IntArrayRef sizes, const at::TensorOptions& options);
+  // (protocol, blocks, threads) of the group's last CUDA launch.
+  std::tuple<std::string, int, int> last_launch() const;
+
  private:
   // Why `op` on `tensors` cannot run natively ("" if it can).
   std::string fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors) const;

@@ -21,9 +21,18 @@ const std::vector<Var>& registry() {
        "the smallest value any rank asks for). Larger tensors are pipelined in rounds."},
       {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M",
        "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes."},
+      {"TORCH_PURLIN_CUDA_CE_BYTES", "0",
+       "Pure-copy collectives (all_gather, broadcast, all_to_all, gather, scatter) whose Spec moves at least this "
+       "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "
+       "2x H200 it is 0.6-0.8x the SM kernel (docs/PERFORMANCE.md), so it is worth it only to keep SMs for "
+       "overlapped compute."},
       {"TORCH_PURLIN_CUDA_BLOCKS", "0",
-       "Blocks per CUDA collective launch (0: the architecture's choice, 32 on sm_90, else 16; max 128; the group "
-       "uses the smallest value any rank asks for)."},
+       "Blocks per CUDA collective launch (0: by message size from the architecture's table, "
+       "csrc/atom/cuda/launch_config*.cu; N: always N, max 128; the group uses the smallest value any rank asks "
+       "for)."},
+      {"TORCH_PURLIN_CUDA_POOL_BYTES", "4G",
+       "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
+       "every peer maps; collectives read inputs from it in place). Allocated on first use."},
       {"TORCH_PURLIN_FORCE_FALLBACK", "",
        "Comma list of ops (e.g. all_reduce,broadcast) always served by the fallback backend (gloo for CPU "
        "tensors, NCCL for CUDA tensors). 'all' forces every op."},

@@ -28,6 +28,13 @@
 //   spec from each owner's scratch to the other destinations, with Notify at
 //   step(round, 1). One-shot and two-shot all_reduce are the same Spec; the
 //   option only changes how Consume is distributed.
+// NOTE [zero-copy] — with read_peer_inputs (inputs in symmetric memory,
+//   disjoint from outputs) nothing is staged: Notify says "my input is
+//   ready", readers consume straight from Input(source rank), and the plan
+//   ends with Release: a source waits until every rank that read its input
+//   acked (Consumed of the last round it read), so the caller may overwrite
+//   the input once the collective returns. The workspace only holds two-shot
+//   scratch.
 // NOTE [epochs] — flag values are step counters relative to the plan start;
 //   the executor adds the group's running base, so flags only ever grow and
 //   never need resetting (safe under graph replay with a device-side base).
@@ -75,6 +82,8 @@ struct PlanOptions {
   ReduceAlgo reduce_algo = ReduceAlgo::OneShot;
   bool direct_local = true;    // read own contributions straight from Input
                                // (false when Input and Output overlap)
+  bool read_peer_inputs = false;  // NOTE [zero-copy]: every rank's Input is
+                               // readable by its peers (symmetric memory)
 };
 
 struct Plan {

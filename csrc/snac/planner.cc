@@ -79,7 +79,7 @@ class Planner {
         bool staged = false;
         for (int d : cons) {
           if (d != src.rank) {
-            staged = true;
+            staged = !opt_.read_peer_inputs;
             R.reads[0][d].insert(src.rank);
           } else if (!opt_.direct_local) {
             staged = true;
@@ -156,8 +156,8 @@ class Planner {
   // Ref + region of source k of piece p as read by `reader`.
   void source_of(const Piece& p, size_t k, int reader, Ref* ref, Region* reg) const {
     const Placement& src = spec_.chunks[p.chunk].sources[k];
-    if (src.rank == reader && p.staged[k] < 0) {
-      *ref = Ref{Buf::Input, reader, 0};
+    if (p.staged[k] < 0) {  // own input (direct_local), or a peer's (read_peer_inputs)
+      *ref = Ref{Buf::Input, src.rank, 0};
       *reg = src.region;
     } else {
       *ref = Ref{Buf::Workspace, src.rank, 0};
@@ -263,6 +263,15 @@ class Planner {
     for (int j = 0; j < K; ++j) {
       emit_round(plan, rank, j, rounds[j], j >= 2 ? &rounds[j - 2] : nullptr);
       plan.workspace_elems = std::max(plan.workspace_elems, (j % 2) * opt_.slot_elems + rounds[j].used[rank]);
+    }
+    if (opt_.read_peer_inputs) {
+      // Release (NOTE [zero-copy]): readers of this rank's input are done with it.
+      for (int d = 0; d < W_; ++d) {
+        int last = -1;
+        for (int j = 0; j < K; ++j)
+          if (rounds[j].reads[0][d].count(rank)) last = j;
+        if (last >= 0) wait(plan, Flag::Consumed, d, step_value(last, 0), "release: wait until peers read this input");
+      }
     }
     return plan;
   }

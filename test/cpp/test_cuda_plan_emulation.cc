@@ -4,7 +4,11 @@
 // rank's lowered plan (atom/cuda/device_plan.h) exactly as the kernel does:
 // the same block partition (part_size), Wait/Signal on per-block flag slots,
 // LocalSync, the Done handshake that opens and closes every collective (NOTE
-// [device reuse]) and the per-block epochs. Each thread runs the whole
+// [device reuse]: the last block to finish raises Done) and the rank's epochs.
+// Every collective launches its own number of blocks (1..kBlocks, as
+// launch_config picks by size); zero-copy plans (NOTE [zero-copy]) read peers'
+// inputs in place, and after each of those the "caller" overwrites its input,
+// so a missing Release wait shows up as a race. Each thread runs the whole
 // sequence of collectives like a stream: its rank's blocks meet between
 // collectives (a kernel boundary), ranks do not (no host handshake on GPUs).
 // Random pauses, and blocks that are made slow for a whole collective, shake
@@ -126,10 +130,13 @@ struct RankState {
   std::vector<std::atomic<uint64_t>> flags;       // [kind][from][block]
   std::vector<std::atomic<uint64_t>> local;       // [block]
   std::vector<SyncSlot> flag_sync, local_sync;    // their release histories
-  std::vector<uint64_t> base, lbase;              // [block]
+  uint64_t base = 0, lbase = 0;                   // the pad's epoch words
+  std::mutex finish_mu;                           // the pad's `finished` counter
+  int finished = 0;
+  VC finish_acc;                                  // clocks of the blocks that ended
   RankState(int world, int64_t ws_elems)
       : ws(ws_elems), ws_cells(ws_elems), flags(cu::kFlagKinds * world * kBlocks), local(kBlocks),
-        flag_sync(cu::kFlagKinds * world * kBlocks), local_sync(kBlocks), base(kBlocks, 0), lbase(kBlocks, 0) {}
+        flag_sync(cu::kFlagKinds * world * kBlocks), local_sync(kBlocks) {}
 };
 
 struct Group {
@@ -149,6 +156,9 @@ struct Group {
 // One rank's call: its plan and its Input / Output (pointers into its memory).
 struct Call {
   cu::DevicePlan plan;
+  int blocks = kBlocks;    // this launch's block count (same on every rank)
+  bool zero_copy = false;
+  const Call* all = nullptr;  // every rank's call (peers' inputs); a vector buffer, stable under moves
   int32_t* in = nullptr;
   int32_t* out = nullptr;
   int32_t* mem = nullptr;  // the rank's memory (in and out point into it) and its shadow
@@ -192,9 +202,9 @@ class RankBarrier {
   VC acc_, done_;
 };
 
-void wait_all(std::atomic<uint64_t>* slots, uint64_t target, const char* what) {
+void wait_all(std::atomic<uint64_t>* slots, int count, uint64_t target, const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < kBlocks; ++i)
+  for (int i = 0; i < count; ++i)
     while (slots[i].load(std::memory_order_acquire) < target) {
       std::this_thread::yield();
       if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
@@ -208,14 +218,15 @@ void wait_all(std::atomic<uint64_t>* slots, uint64_t target, const char* what) {
 void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool slow, VC& vc) {
   RankState& me = *g.ranks[r];
   const int t = r * kBlocks + b;
-  const uint64_t base = me.base[b], lbase = me.lbase[b];
+  const int G = c.blocks;
+  const uint64_t base = me.base, lbase = me.lbase;
   auto acquire_all = [&](int at, int kind, int from, uint64_t target) {
-    for (int k = 0; k < kBlocks; ++k) g.sync(at, kind, from, k).acquire(target, vc);
+    for (int k = 0; k < G; ++k) g.sync(at, kind, from, k).acquire(target, vc);
   };
   for (int q = 0; q < g.world; ++q)
-    if (q != r) {
-      wait_all(&g.flag(r, cu::kDone, q, 0), base, "Done");
-      acquire_all(r, cu::kDone, q, base);
+    if (q != r) {  // one Done word per peer
+      wait_all(&g.flag(r, cu::kDone, q, 0), 1, base, "Done");
+      g.sync(r, cu::kDone, q, 0).acquire(base, vc);
     }
   struct Ptr {
     int32_t* p;
@@ -223,7 +234,10 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
   };
   auto resolve = [&](const cu::DevRef& ref) -> Ptr {
     switch (ref.buf) {
-      case cu::kInput: return {c.in + ref.offset, c.cells + (c.in - c.mem) + ref.offset};
+      case cu::kInput: {
+        const Call& o = ref.rank == r ? c : c.all[ref.rank];  // a peer's input: zero-copy plans
+        return {o.in + ref.offset, o.cells + (o.in - o.mem) + ref.offset};
+      }
       case cu::kOutput: return {c.out + ref.offset, c.cells + (c.out - c.mem) + ref.offset};
       default: return {g.ranks[ref.rank]->ws.data() + ref.offset, g.ranks[ref.rank]->ws_cells.data() + ref.offset};
     }
@@ -233,7 +247,7 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
     const char* phase = cu::interned_name(op.phase);
     switch (op.code) {
       case cu::kWait:
-        wait_all(&g.flag(r, op.flag, op.peer, 0), base + op.value, "Staged/Consumed");
+        wait_all(&g.flag(r, op.flag, op.peer, 0), G, base + op.value, "Staged/Consumed");
         acquire_all(r, op.flag, op.peer, base + op.value);
         break;
       case cu::kSignal:
@@ -243,12 +257,12 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
       case cu::kLocalSync:
         me.local_sync[b].release(lbase + op.value, vc, t);
         me.local[b].store(lbase + op.value, std::memory_order_release);
-        wait_all(me.local.data(), lbase + op.value, "local");
-        for (int k = 0; k < kBlocks; ++k) me.local_sync[k].acquire(lbase + op.value, vc);
+        wait_all(me.local.data(), G, lbase + op.value, "local");
+        for (int k = 0; k < G; ++k) me.local_sync[k].acquire(lbase + op.value, vc);
         break;
       case cu::kCopy:
       case cu::kReduce: {
-        const int64_t per = cu::part_size(op.n, kBlocks, kEsize), lo = b * per, hi = std::min(op.n, lo + per);
+        const int64_t per = cu::part_size(op.n, G, kEsize), lo = b * per, hi = std::min(op.n, lo + per);
         if (lo >= hi) break;
         Ptr dst = resolve(op.dst);
         std::vector<Ptr> srcs;
@@ -269,14 +283,22 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
       }
     }
   }
+  // The last block to finish advances the epochs and raises Done.
+  std::lock_guard<std::mutex> lk(me.finish_mu);
+  if (me.finish_acc.empty()) me.finish_acc.assign(vc.size(), 0);
+  join(me.finish_acc, vc);
+  if (++me.finished < G) return;
+  me.finished = 0;
+  join(vc, me.finish_acc);
+  me.finish_acc.assign(vc.size(), 0);
   const uint64_t next = base + c.plan.steps + 1;
+  me.base = next;
+  me.lbase = lbase + c.plan.local_syncs;
   for (int q = 0; q < g.world; ++q)
     if (q != r) {
-      g.sync(q, cu::kDone, r, b).release(next, vc, t);
-      g.flag(q, cu::kDone, r, b).store(next, std::memory_order_release);
+      g.sync(q, cu::kDone, r, 0).release(next, vc, t);
+      g.flag(q, cu::kDone, r, 0).store(next, std::memory_order_release);
     }
-  me.base[b] = next;
-  me.lbase[b] = lbase + c.plan.local_syncs;
 }
 
 enum class Kind { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll };
@@ -289,12 +311,21 @@ struct Case {
   bool two_shot;
   int root;
   std::vector<std::vector<int64_t>> splits;
+  int blocks = kBlocks;
+  bool zero_copy = false;
 };
 
 std::string name_of(const Case& c) {
   static const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"};
   return std::string(kinds[static_cast<int>(c.kind)]) + (c.layout == Layout::InPlace ? " in-place" : "") +
-         (c.two_shot ? " two-shot" : "") + " n=" + std::to_string(c.n);
+         (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + " n=" + std::to_string(c.n) +
+         " blocks=" + std::to_string(c.blocks);
+}
+
+// The engine's rule (cuda_engine.cc, NOTE [zero-copy in place]).
+bool zero_copy_allowed(Kind k, cu::IoAlias alias, bool two_shot) {
+  if (alias == cu::IoAlias::Disjoint) return true;
+  return alias == cu::IoAlias::Same && ((k == Kind::AllReduce && two_shot) || k == Kind::Broadcast);
 }
 
 // One collective as every rank calls it: plans, memory, inputs.
@@ -345,13 +376,17 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     opt.align_elems = cu::kPartBytes / kEsize;
     opt.slot_elems = g.slot_elems;
     opt.direct_local = alias == cu::IoAlias::Disjoint;
+    opt.read_peer_inputs = cs.zero_copy && zero_copy_allowed(cs.kind, alias, cs.two_shot);
     opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
-    p.calls[r].plan = cu::lower_plan(snac::make_plan(spec, r, opt), kBlocks, kEsize, alias);
+    p.calls[r].plan = cu::lower_plan(snac::make_plan(spec, r, opt), cs.blocks, kEsize, alias);
+    p.calls[r].blocks = cs.blocks;
+    p.calls[r].zero_copy = opt.read_peer_inputs;
     p.cells[r].resize(p.mem[r].size());
     p.calls[r].in = in;
     p.calls[r].out = out;
     p.calls[r].mem = p.mem[r].data();
     p.calls[r].cells = p.cells[r].data();
+    p.calls[r].all = p.calls.data();
     g_ops += static_cast<int64_t>(p.calls[r].plan.ops.size());
     g_syncs += p.calls[r].plan.local_syncs;
   }
@@ -416,8 +451,15 @@ void run_sequence(Group& g, const std::vector<Prepared>& seq, unsigned seed) {
         for (const Prepared& p : seq) {
           if (p.calls[r].plan.rounds == 0) continue;  // not launched (on any rank)
           const bool slow = rng() % 6 == 0;           // a straggler block for this collective
-          run_block(g, r, b, p.calls[r], rng, slow, vc);
+          if (b < p.calls[r].blocks) run_block(g, r, b, p.calls[r], rng, slow, vc);
           boundary[r].arrive_and_wait(vc, t);
+          if (p.calls[r].zero_copy && b == 0) {
+            // The caller reuses its input once the collective returned: every
+            // peer must have finished reading it (the plan's Release waits).
+            const Call& c = p.calls[r];
+            const int64_t ni = static_cast<int64_t>(p.inputs[r].size());
+            for (int64_t i = 0; i < ni; ++i) on_write(c.cells + (c.in - c.mem) + i, vc, t, "caller reuses its input");
+          }
         }
       });
   for (auto& t : threads) t.join();
@@ -449,6 +491,8 @@ int main(int argc, char** argv) {
         static const int64_t sizes[] = {0, 1, 5, 127, 128, 129, 700, 1000, 2049, 5000};
         c.n = sizes[rng() % 10];
         c.two_shot = c.kind == Kind::AllReduce && rng() % 2;
+        c.blocks = 1 + static_cast<int>(rng() % kBlocks);
+        c.zero_copy = rng() % 3 == 0;
         c.root = static_cast<int>(rng() % world);
         c.splits.assign(world, std::vector<int64_t>(world, 0));
         for (auto& row : c.splits)

@@ -70,6 +70,15 @@ def main(rank, world, init):
         g.replay()
     torch.cuda.synchronize()
     check("graph all_reduce x200", bool(torch.all(buf == 3 + 2 * 199)))
+    zs = torch_purlin.empty(4099, device=dev, group=pg)  # symmetric pool: zero-copy reads
+    zs.copy_(x)
+    zout = torch.zeros(world * n, device=dev)
+    dist.all_gather_into_tensor(zout, zs, group=pg)
+    check(f"zero-copy all_gather ({torch_purlin.last_launch(pg)['protocol']})", torch.equal(zout, ref))
+    zb = torch_purlin.empty(5 << 20, device=dev, group=pg)  # 20 MB: two-shot, read in place
+    zb.fill_(rank + 1.0)
+    dist.all_reduce(zb, group=pg)
+    check(f"zero-copy all_reduce ({torch_purlin.last_launch(pg)['protocol']})", bool(torch.all(zb == 3.0)))
     cnt = torch_purlin.counters(pg, "cuda")
     check(f"no fallback {cnt}", all(v[1] == 0 for v in cnt.values()))
     dist.barrier()

@@ -28,7 +28,10 @@ class Tracker {
   bool access(const snac::Ref& r, int64_t n, bool write, Access* a) const {
     int buf = 0;
     switch (r.buf) {
-      case snac::Buf::Input: buf = 0; break;
+      case snac::Buf::Input:
+        if (r.rank != rank_) return false;  // a peer's input (zero-copy plans): not this rank's memory
+        buf = 0;
+        break;
       case snac::Buf::Output: buf = alias_ == IoAlias::Same ? 0 : 1; break;  // Same: one base, comparable offsets
       case snac::Buf::Workspace:
         if (r.rank != rank_) return false;
@@ -88,6 +91,7 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
   out.steps = plan.steps;
   Tracker tr(plan.rank, blocks, esize, alias);
   std::vector<Access> mine;
+  std::vector<bool> tag_checked(static_cast<size_t>(plan.world), false);
   for (const snac::Op& op : plan.ops) {
     DevOp d{};
     d.phase = intern_name(op.phase);
@@ -98,6 +102,10 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
         d.flag = static_cast<uint8_t>(op.flag);  // snac::Flag has FlagKind's numbers
         d.peer = op.peer;
         d.value = op.value;
+        if (op.code == snac::OpCode::Wait && op.flag == snac::Flag::Staged && !tag_checked[op.peer]) {
+          d.check_tag = 1;  // before this rank reads anything the peer staged
+          tag_checked[op.peer] = true;
+        }
         out.ops.push_back(d);
         continue;
       case snac::OpCode::Copy:
@@ -107,7 +115,7 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
     d.n = op.n;
     d.dst = dev_ref(op.dst);
     d.src_begin = static_cast<int32_t>(out.srcs.size());
-    d.src_count = op.src_count;
+    d.src_count = static_cast<int16_t>(op.src_count);
     if (d.code == kReduce) out.max_srcs = std::max(out.max_srcs, op.src_count);
     mine.clear();
     Access a;

@@ -50,7 +50,9 @@ struct DevOp {
   int64_t n;         // Copy / Reduce: elements
   DevRef dst;        // Copy / Reduce
   int32_t src_begin; // Copy / Reduce: srcs[src_begin, src_begin + src_count)
-  int32_t src_count;
+  int16_t src_count; // (<= kMaxWorld)
+  uint8_t check_tag; // Wait: 1 on the first Staged wait for each peer (NOTE [call tags])
+  uint8_t reserved_;
 };
 
 constexpr int64_t kPartBytes = 512;

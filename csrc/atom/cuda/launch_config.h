@@ -1,11 +1,17 @@
-// launch_config.h — how many blocks and threads the plan kernel uses.
+// launch_config.h — how many blocks and threads a plan kernel launch uses.
 //
-// choose_launch_config() is the one place that picks an architecture's
-// tuned configuration (launch_config_<arch>.cu) or the portable one. The
-// block count G must be equal on every rank of a group (flag slots are per
-// block): the workspace setup exchanges each rank's choice and takes the
-// smallest. TORCH_PURLIN_CUDA_BLOCKS, when set, overrides G.
+// choose_launch_config() is the one place that picks an architecture's tuned
+// configuration (launch_config_<arch>.cu) or the portable one. A config is a
+// thread count and a table from the bytes a collective moves to its block
+// count g: few blocks for small messages (fewer flags to raise and poll),
+// many for large ones (enough loads in flight to fill NVLink). The g of one
+// collective must be equal on every rank (a waiter polls the slots of all g
+// producer blocks): it depends only on the Spec's size and on the config,
+// which the workspace setup agrees on for the whole group.
+// TORCH_PURLIN_CUDA_BLOCKS, when set, fixes g for every launch.
 #pragma once
+
+#include <cstdint>
 
 namespace purlin::atom::cuda {
 
@@ -15,9 +21,16 @@ struct DeviceInfo {
 };
 
 struct LaunchConfig {
-  int blocks = 1;
+  static constexpr int kSteps = 6;
   int threads = 512;
+  int64_t up_to_bytes[kSteps] = {};  // step i serves sizes <= up_to_bytes[i] ...
+  int blocks[kSteps] = {};           // ... with blocks[i] blocks; larger sizes use max_blocks
+  int max_blocks = 1;
+  int fixed_blocks = 0;              // > 0: every launch uses this many (TORCH_PURLIN_CUDA_BLOCKS)
   const char* name = "portable";
+
+  // Blocks for a collective whose Spec moves `bytes` (rank-invariant).
+  int blocks_for(int64_t bytes) const;
 };
 
 LaunchConfig launch_config_portable(const DeviceInfo& d);

@@ -42,29 +42,29 @@ bool can_reduce(DType t) {
 
 namespace {
 
-cudaError_t launch_reducing(DType t, const KernelParams& k, int threads, cudaStream_t s) {
+cudaError_t launch_reducing(DType t, const KernelParams& k, int blocks, int threads, cudaStream_t s) {
   switch (t) {
-    case DType::Float32: return launch_typed<float>(k, threads, s);
-    case DType::Float64: return launch_typed<double>(k, threads, s);
-    case DType::Float16: return launch_typed<__half>(k, threads, s);
-    case DType::BFloat16: return launch_typed<__nv_bfloat16>(k, threads, s);
-    case DType::Int8: return launch_typed<int8_t>(k, threads, s);
-    case DType::Int16: return launch_typed<int16_t>(k, threads, s);
-    case DType::Int32: return launch_typed<int32_t>(k, threads, s);
-    case DType::Int64: return launch_typed<int64_t>(k, threads, s);
-    case DType::UInt8: return launch_typed<uint8_t>(k, threads, s);
+    case DType::Float32: return launch_typed<float>(k, blocks, threads, s);
+    case DType::Float64: return launch_typed<double>(k, blocks, threads, s);
+    case DType::Float16: return launch_typed<__half>(k, blocks, threads, s);
+    case DType::BFloat16: return launch_typed<__nv_bfloat16>(k, blocks, threads, s);
+    case DType::Int8: return launch_typed<int8_t>(k, blocks, threads, s);
+    case DType::Int16: return launch_typed<int16_t>(k, blocks, threads, s);
+    case DType::Int32: return launch_typed<int32_t>(k, blocks, threads, s);
+    case DType::Int64: return launch_typed<int64_t>(k, blocks, threads, s);
+    case DType::UInt8: return launch_typed<uint8_t>(k, blocks, threads, s);
     default: throw std::invalid_argument(std::string("purlin: no CUDA reduction for ") + dtype_name(t));
   }
 }
 
 // Copy-only plans need the element size alone.
-cudaError_t launch_copying(size_t esize, const KernelParams& k, int threads, cudaStream_t s) {
+cudaError_t launch_copying(size_t esize, const KernelParams& k, int blocks, int threads, cudaStream_t s) {
   switch (esize) {
-    case 1: return launch_typed<uint8_t>(k, threads, s);
-    case 2: return launch_typed<int16_t>(k, threads, s);
-    case 4: return launch_typed<int32_t>(k, threads, s);
-    case 8: return launch_typed<int64_t>(k, threads, s);
-    case 16: return launch_typed<Pod16>(k, threads, s);
+    case 1: return launch_typed<uint8_t>(k, blocks, threads, s);
+    case 2: return launch_typed<int16_t>(k, blocks, threads, s);
+    case 4: return launch_typed<int32_t>(k, blocks, threads, s);
+    case 8: return launch_typed<int64_t>(k, blocks, threads, s);
+    case 16: return launch_typed<Pod16>(k, blocks, threads, s);
     default: throw std::invalid_argument("purlin: no CUDA copy for elements of " + std::to_string(esize) + " bytes");
   }
 }
@@ -74,11 +74,12 @@ cudaError_t launch_copying(size_t esize, const KernelParams& k, int threads, cud
 }  // namespace
 
 cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
-  if (l.layout.blocks < 1 || l.layout.blocks > kMaxBlocks) bad("block count out of range");
+  if (l.layout.blocks != kMaxBlocks) bad("the pad must have kMaxBlocks flag slots per peer");
+  if (l.blocks < 1 || l.blocks > l.layout.blocks) bad("block count out of range");
   if (l.layout.world < 1 || l.layout.world > kMaxWorld || l.rank < 0 || l.rank >= l.layout.world)
     bad("rank / world out of range");
-  if (l.threads < kMaxWorld || l.threads > 1024 || l.threads % 32 != 0 || l.threads < l.layout.blocks)
-    bad("thread count must be a multiple of 32 in [max(128, blocks), 1024]");
+  if (l.threads < kMaxWorld || l.threads > 1024 || l.threads % 32 != 0 || l.threads < l.layout.world)
+    bad("thread count must be a multiple of 32 in [128, 1024]");
   if (!l.self || !l.err) bad("no workspace");
   if (!l.ops && !l.inline_plan) bad("no plan");
   if (l.ops && !l.srcs) bad("device plan without sources");
@@ -97,6 +98,8 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   k.err = l.err;
   k.steps = l.steps;
   k.timeout_ns = l.timeout_ns;
+  k.call_sig = l.call_sig;
+  k.input_pool_offset = l.input_pool_offset;
   k.scale = l.scale;
   k.layout = l.layout;
   k.n_ops = l.n_ops;
@@ -105,8 +108,8 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   k.redop = static_cast<int>(l.redop);
   k.op_name = l.op_name;
   k.reuse_phase = intern_name("start: wait until every peer finished the previous collective");
-  return l.reduces ? launch_reducing(l.dtype, k, l.threads, stream)
-                   : launch_copying(dtype_size(l.dtype), k, l.threads, stream);
+  return l.reduces ? launch_reducing(l.dtype, k, l.blocks, l.threads, stream)
+                   : launch_copying(dtype_size(l.dtype), k, l.blocks, l.threads, stream);
 }
 
 }  // namespace purlin::atom::cuda

@@ -7,15 +7,30 @@
 // plan_kernel_<family>.cu; the checked entry point is launch_plan).
 //
 // NOTE [device reuse] A GPU collective has no host arrival handshake, so
-//   what NOTE [epochs] gets from it is rebuilt on the device: every block
-//   ends a collective by raising its Done slot at every peer to the next base
-//   epoch, and every block begins one by waiting until all G Done slots of
-//   every peer reached its own base, i.e. every peer finished reading this
-//   rank's workspace (and scale word) in the previous collective. Only then
-//   does it write either. One extra flag round trip per collective, and a
-//   device-side barrier for free; the Staged/Consumed protocol inside the
-//   plan is unchanged. Launches of one group are serialised on each rank
-//   (the engine orders its streams), so kernels of one rank never overlap.
+//   what NOTE [epochs] gets from it is rebuilt on the device: the last block
+//   of a launch to finish raises this rank's Done word at every peer to the
+//   next base epoch, and every block begins a collective by waiting until
+//   every peer's Done word reached its own base, i.e. every peer finished
+//   reading this rank's workspace (and scale and tag words) in the previous
+//   collective. Only then does it write either. One flag round trip per
+//   collective, and a device-side barrier for free; the Staged/Consumed
+//   protocol inside the plan is unchanged. Launches of one group are
+//   serialised on each rank (the engine orders its streams), so kernels of
+//   one rank never overlap, whatever their block counts.
+// NOTE [call tags] A GPU collective has no host handshake either to check
+//   that the ranks called the same collective. Each launch carries a
+//   signature (a hash of the Spec, the dtype and, for zero-copy plans, the
+//   input's place in the symmetric pool); block 0 writes tag = mix(signature,
+//   base) into every peer's call_tag word before it signals anything, and the
+//   first Staged wait on each peer compares that peer's tag with its own.
+//   A mismatch is recorded like a timeout (kind kCallTag) before any of the
+//   peer's data is read: the rank stops, the group is broken, and the host
+//   raises "rank P called <op> with other arguments". The Staged release of
+//   block 0 publishes the tag (same thread, earlier store).
+// NOTE [zero-copy sources] Plans made with PlanOptions::read_peer_inputs
+//   name peers' inputs (Input refs of another rank): the input lies in the
+//   symmetric pool at the same offset on every rank (the call tag checks
+//   it), so a peer's input is pool_table[peer] + input_pool_offset.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +58,8 @@ struct KernelParams {
   ErrorRecord* err;
   uint64_t steps;
   uint64_t timeout_ns;
+  uint64_t call_sig;     // NOTE [call tags]
+  int64_t input_pool_offset;  // NOTE [zero-copy sources]; -1: Input is not in the pool
   double scale;
   PadLayout layout;
   int n_ops;
@@ -53,11 +70,19 @@ struct KernelParams {
   uint32_t reuse_phase;  // interned phase name of the Done wait
 };
 
+__device__ __forceinline__ uint64_t call_tag(uint64_t sig, uint64_t base) {
+  uint64_t x = sig ^ (base * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 31;
+  return x * 0xBF58476D1CE4E5B9ull + 1;  // never 0, the pad's initial value
+}
+
 namespace detail {
 
 __device__ __forceinline__ char* buffer_of(const KernelParams& p, const DevRef& r, int64_t esize) {
   switch (r.buf) {
-    case kInput: return p.input + r.offset * esize;
+    case kInput:
+      if (r.rank == p.rank) return p.input + r.offset * esize;
+      return reinterpret_cast<char*>(p.pad[p.layout.pool_table(r.rank)]) + p.input_pool_offset + r.offset * esize;
     case kOutput: return p.output + r.offset * esize;
     default:
       return reinterpret_cast<char*>(p.pad[p.layout.peer_table(r.rank)]) + p.layout.pad_bytes() + r.offset * esize;
@@ -96,22 +121,29 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
   __shared__ Acc s_scale[kMaxWorld];
   const int b = blockIdx.x, tid = threadIdx.x;
   const PadLayout& L = p.layout;
-  const int G = L.blocks;
+  const int G = static_cast<int>(gridDim.x);  // this launch's blocks (<= L.blocks slots)
 
   if (tid == 0) {
-    s_state[0] = p.pad[L.base(b)];
-    s_state[1] = p.pad[L.lbase(b)];
+    s_state[0] = p.pad[L.base()];
+    s_state[1] = p.pad[L.lbase()];
     s_state[2] = *reinterpret_cast<volatile uint64_t*>(p.pad + L.broken());
   }
   __syncthreads();
-  if (s_state[2] != 0) return;  // an earlier collective timed out: the group is broken
+  if (s_state[2] != 0) return;  // an earlier collective failed: the group is broken
   const uint64_t base = s_state[0], lbase = s_state[1];
   WaitSite site{p.err, p.pad + L.broken(), p.timeout_ns, base, p.rank, p.op_name};
 
-  // NOTE [device reuse]: every peer finished the previous collective.
-  for (int q = 0; q < L.world; ++q)
-    if (q != p.rank && !wait_all<true>(p.pad + L.flag(kDone, q, 0), G, base, site, q, kDone, p.reuse_phase)) return;
-  if (tid == 0) p.pad[L.scale()] = static_cast<uint64_t>(__double_as_longlong(p.scale));
+  // NOTE [device reuse]: every peer finished the previous collective (thread
+  // q polls peer q's Done word; the words are L.blocks apart).
+  if (!wait_all<true>(p.pad + L.flag(kDone, 0, 0), L.world, base, site, -1, kDone, p.reuse_phase, L.blocks, p.rank))
+    return;
+  const uint64_t my_tag = call_tag(p.call_sig, base);
+  if (tid == 0) {
+    p.pad[L.scale()] = static_cast<uint64_t>(__double_as_longlong(p.scale));
+    if (b == 0)  // NOTE [call tags]: published by block 0's first Staged release
+      for (int q = 0; q < L.world; ++q)
+        if (q != p.rank) detail::peer_pad(p, q)[L.call_tag(p.rank)] = my_tag;
+  }
 
   const DevOp* ops = p.ops ? p.ops : p.inl.ops;
   const DevRef* srcs = p.ops ? p.srcs : p.inl.srcs;
@@ -121,6 +153,19 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
       case kWait:
         if (!wait_all<true>(p.pad + L.flag(op.flag, op.peer, 0), G, base + op.value, site, op.peer, op.flag, op.phase))
           return;
+        if (op.check_tag) {
+          bool bad = false;
+          if (tid == 0) {
+            const uint64_t seen = *reinterpret_cast<volatile uint64_t*>(p.pad + L.call_tag(op.peer));
+            bad = seen != my_tag;
+            if (bad) {
+              WaitSite raw = site;
+              raw.base = 0;
+              record_timeout(raw, op.peer, 0, kCallTag, my_tag, seen, op.phase, 0);
+            }
+          }
+          if (__syncthreads_or(bad)) return;
+        }
         break;
       case kSignal:
         __syncthreads();
@@ -168,26 +213,36 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
     }
   }
 
+  // NOTE [device reuse] / [device epochs]: the last block to finish advances
+  // the epochs and raises Done at every peer. Each block's fence orders its
+  // accesses before its count; the last block's fence orders the others'
+  // (observed through the count) before its Done release.
   __syncthreads();
   if (tid == 0) {
-    const uint64_t next = base + p.steps + 1;
-    for (int q = 0; q < L.world; ++q)
-      if (q != p.rank) ptx::st_release_sys(detail::peer_pad(p, q) + L.flag(kDone, p.rank, b), next);
-    p.pad[L.base(b)] = next;
-    p.pad[L.lbase(b)] = lbase + p.local_syncs;
+    __threadfence();
+    const unsigned long long ended = atomicAdd(reinterpret_cast<unsigned long long*>(p.pad + L.finished()), 1ull);
+    if (ended == static_cast<unsigned long long>(G - 1)) {
+      __threadfence();
+      const uint64_t next = base + p.steps + 1;
+      p.pad[L.finished()] = 0;
+      p.pad[L.base()] = next;
+      p.pad[L.lbase()] = lbase + p.local_syncs;
+      for (int q = 0; q < L.world; ++q)
+        if (q != p.rank) ptx::st_release_sys(detail::peer_pad(p, q) + L.flag(kDone, p.rank, 0), next);
+    }
   }
 }
 
 template <class T>
-cudaError_t launch_typed(const KernelParams& p, int threads, cudaStream_t stream) {
-  plan_kernel<T><<<p.layout.blocks, threads, 0, stream>>>(p);
+cudaError_t launch_typed(const KernelParams& p, int blocks, int threads, cudaStream_t stream) {
+  plan_kernel<T><<<blocks, threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
 #define PURLIN_INSTANTIATE_PLAN_KERNEL(T) \
-  template cudaError_t launch_typed<T>(const KernelParams& p, int threads, cudaStream_t stream);
+  template cudaError_t launch_typed<T>(const KernelParams& p, int blocks, int threads, cudaStream_t stream);
 // Compiled once, in its instantiation unit, not in every includer.
 #define PURLIN_EXTERN_PLAN_KERNEL(T) \
-  extern template cudaError_t launch_typed<T>(const KernelParams& p, int threads, cudaStream_t stream);
+  extern template cudaError_t launch_typed<T>(const KernelParams& p, int blocks, int threads, cudaStream_t stream);
 
 }  // namespace purlin::atom::cuda

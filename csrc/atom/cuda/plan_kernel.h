@@ -51,7 +51,10 @@ struct PlanLaunch {
   double scale = 1.0;            // this rank's PREMUL_SUM factor
   uint64_t timeout_ns = 0;
   uint32_t op_name = 0;          // intern_name(collective name)
-  int threads = 512;             // blocks = layout.blocks
+  uint64_t call_sig = 0;         // NOTE [call tags] (plan_kernel.cuh): equal on every rank of a valid call
+  int64_t input_pool_offset = -1;  // zero-copy plans: Input's byte offset in the symmetric pool
+  int blocks = 1;                // this launch's blocks, <= layout.blocks (launch_config.h)
+  int threads = 512;
 };
 
 bool can_reduce(DType t);

@@ -48,26 +48,28 @@ static __device__ __noinline__ void record_timeout(const WaitSite& s, int peer, 
   __threadfence_system();
 }
 
-// Block-wide wait until flags[i] >= target for every i < count (threads
-// i, i + blockDim, ... poll slot i). Returns false, identically in every
-// thread, if any slot timed out. Ends with a barrier, so every thread's
-// later reads are ordered after the acquires.
+// Block-wide wait until flags[i * stride] >= target for every i < count
+// except i == skip (threads i, i + blockDim, ... poll slot i). Returns
+// false, identically in every thread, if any slot timed out. Ends with a
+// barrier, so every thread's later reads are ordered after the acquires.
 template <bool kSys>
 __device__ __forceinline__ bool wait_all(const uint64_t* flags, int count, uint64_t target, const WaitSite& s,
-                                         int peer, int kind, uint32_t phase) {
+                                         int peer, int kind, uint32_t phase, int stride = 1, int skip = -1) {
   bool ok = true;
   for (int i = threadIdx.x; i < count && ok; i += blockDim.x) {
-    uint64_t seen = kSys ? ptx::ld_acquire_sys(flags + i) : ptx::ld_acquire_gpu(flags + i);
+    if (i == skip) continue;
+    const uint64_t* f = flags + static_cast<int64_t>(i) * stride;
+    uint64_t seen = kSys ? ptx::ld_acquire_sys(f) : ptx::ld_acquire_gpu(f);
     if (seen >= target) continue;
     const uint64_t t0 = ptx::globaltimer_ns();
     while (seen < target) {
       const uint64_t waited = ptx::globaltimer_ns() - t0;
       if (waited > s.timeout_ns) {
-        record_timeout(s, peer, i, kind, target, seen, phase, waited);
+        record_timeout(s, stride == 1 ? peer : i, stride == 1 ? i : 0, kind, target, seen, phase, waited);
         ok = false;
         break;
       }
-      seen = kSys ? ptx::ld_acquire_sys(flags + i) : ptx::ld_acquire_gpu(flags + i);
+      seen = kSys ? ptx::ld_acquire_sys(f) : ptx::ld_acquire_gpu(f);
     }
   }
   return __syncthreads_and(ok) != 0;

@@ -1,24 +1,34 @@
 // signal_pad.h — the signal pad: the first bytes of every rank's symmetric
 // buffer, and the error record the kernels fill in on a timeout.
 //
-// Layout, in uint64 words (W = world, G = blocks per launch, agreed at setup):
+// Layout, in uint64 words (W = world, G = the group's block capacity, agreed
+// at setup; a launch uses g <= G blocks, slots g..G-1 are then idle):
 //   flag[kind][from][block]   3*W*G  written by rank `from`'s block `block`,
 //                                    read here (kind: Done, Staged, Consumed)
 //   local[block]              G      this rank's block-to-block barrier
-//   base[block]               G      Staged/Consumed/Done epoch of this rank
-//   lbase[block]              G      local-barrier epoch of this rank
+//   base                      1      Staged/Consumed/Done epoch of this rank
+//   lbase                     1      local-barrier epoch of this rank
+//   finished                  1      blocks of the running launch that ended
 //   scale                     1      PREMUL_SUM factor of the running collective
 //   broken                    1      set once by the first timed-out block
 //   peer_table[W]             W      every rank's buffer, as mapped here
+//   ce_flag[kind][from]       4*W    copy-engine Atom flags (CeFlag), written
+//                                    by rank `from` with stream memory ops
+//   call_tag[from]            W      what rank `from` called this collective
+//                                    (NOTE [call tags], plan_kernel.cuh)
+//   pool_table[W]             W      every rank's symmetric pool (symmetric_pool.h)
+//                                    as mapped here; 0 while there is none
 // The workspace (SNAC's two slots) follows at pad_bytes().
 //
 // NOTE [device epochs] Flag values are epochs: base + plan step, never reset
-//   (NOTE [epochs] in snac/plan.h). The kernel reads base[block] at its start
-//   and writes base + steps + 1 at its end (the +1 is Done's own step), so
-//   CUDA-graph replays advance the epochs without a host write. All ranks
-//   advance base by the same amount (plan.steps depends only on the Spec),
-//   so their epochs stay equal. lbase advances by the rank's own number of
-//   local barriers and never leaves the rank.
+//   (NOTE [epochs] in snac/plan.h). Every block of a launch reads `base` at
+//   its start; the last block to finish (counted in `finished`) writes
+//   base + steps + 1 (the +1 is Done's own step) and lbase + local barriers,
+//   so CUDA-graph replays advance the epochs without a host write, and the
+//   next launch (stream-ordered after this one) reads the new values
+//   whatever its block count. All ranks advance base by the same amount
+//   (plan.steps depends only on the Spec), so their epochs stay equal; lbase
+//   never leaves the rank.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +40,11 @@ namespace purlin::atom::cuda {
 // Flag kinds on the GPU. Staged and Consumed keep snac::Flag's numbers; Done
 // closes a collective (NOTE [device reuse] in plan_kernel.cuh). kLocal names
 // the local barrier in error records only.
-enum FlagKind : int { kDone = 0, kStaged = 1, kConsumed = 2, kFlagKinds = 3, kLocal = 3 };
+enum FlagKind : int { kDone = 0, kStaged = 1, kConsumed = 2, kFlagKinds = 3, kLocal = 3, kCallTag = 4 };
+
+// Copy-engine Atom flags (atom/cuda/ce_*): Arrive opens a CE collective,
+// Staged / Consumed carry its plan's steps, Leave closes it.
+enum CeFlag : int { kCeArrive = 0, kCeStaged = 1, kCeConsumed = 2, kCeLeave = 3, kCeFlags = 4 };
 
 constexpr int kMaxBlocks = 128;   // G never exceeds this (launch_config)
 constexpr int kMaxWorld = 128;    // kernels keep per-source arrays of this size
@@ -43,12 +57,16 @@ struct PadLayout {
     return (static_cast<int64_t>(kind) * world + from) * blocks + block;
   }
   PURLIN_HD int64_t local(int block) const { return static_cast<int64_t>(kFlagKinds) * world * blocks + block; }
-  PURLIN_HD int64_t base(int block) const { return local(0) + blocks + block; }
-  PURLIN_HD int64_t lbase(int block) const { return base(0) + blocks + block; }
-  PURLIN_HD int64_t scale() const { return lbase(0) + blocks; }
+  PURLIN_HD int64_t base() const { return local(0) + blocks; }
+  PURLIN_HD int64_t lbase() const { return base() + 1; }
+  PURLIN_HD int64_t finished() const { return lbase() + 1; }
+  PURLIN_HD int64_t scale() const { return finished() + 1; }
   PURLIN_HD int64_t broken() const { return scale() + 1; }
   PURLIN_HD int64_t peer_table(int rank) const { return broken() + 1 + rank; }
-  PURLIN_HD int64_t words() const { return peer_table(0) + world; }
+  PURLIN_HD int64_t ce_flag(int kind, int from) const { return peer_table(0) + world + kind * world + from; }
+  PURLIN_HD int64_t call_tag(int from) const { return ce_flag(0, 0) + kCeFlags * world + from; }
+  PURLIN_HD int64_t pool_table(int rank) const { return call_tag(0) + world + rank; }
+  PURLIN_HD int64_t words() const { return pool_table(0) + world; }
   // The workspace starts at this byte offset (4 KiB aligned).
   PURLIN_HD int64_t pad_bytes() const { return (words() * 8 + 4095) / 4096 * 4096; }
 };

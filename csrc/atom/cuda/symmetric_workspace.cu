@@ -119,11 +119,10 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   if (e != cudaSuccess) mine.error = cuda_error_text(e, "querying the GPU");
   mine.bus = bus[0] ? bus : "?";
   for (char& c : mine.bus) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  ws->config_ = choose_launch_config(info);
   mine.major = info.major;
   mine.minor = info.minor;
   mine.sms = info.sm_count;
-  mine.blocks = opt.blocks > 0 ? std::min(opt.blocks, kMaxBlocks) : ws->config_.blocks;
+  mine.blocks = opt.blocks > 0 ? std::min(opt.blocks, kMaxBlocks) : 0;
   mine.ws = opt.workspace_bytes;
   if (opt.world > kMaxWorld) mine.error = "the CUDA datapath supports at most " + std::to_string(kMaxWorld) + " ranks";
   if (opt.workspace_bytes < 64 * 1024) mine.error = "TORCH_PURLIN_CUDA_WORKSPACE_BYTES must be at least 64K";
@@ -132,14 +131,27 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   for (const std::string& s : exchange("probe", mine.encode())) probes.push_back(Probe::decode(s));
   *why = check_probes(probes);
   if (!why->empty()) return nullptr;
-  int blocks = kMaxBlocks;
+  // One launch configuration for the group (every rank derives the same):
+  // the architecture's when all GPUs share it, else the portable one for the
+  // smallest GPU; a fixed block count if any rank asked for one (the smallest).
+  DeviceInfo group_info = info;
+  int fixed = 0;
   int64_t bytes = INT64_MAX;
+  bool same_arch = true;
   for (const Probe& p : probes) {
-    blocks = std::min(blocks, p.blocks);
+    same_arch &= p.major == probes[0].major && p.minor == probes[0].minor;
+    group_info.sm_count = std::min(group_info.sm_count, p.sms);
+    if (p.blocks > 0) fixed = fixed > 0 ? std::min(fixed, p.blocks) : p.blocks;
     bytes = std::min(bytes, p.ws);
   }
-  ws->layout_ = PadLayout{opt.world, std::max(1, blocks)};
-  ws->config_.threads = std::max(ws->config_.threads, ws->layout_.blocks);
+  group_info.major = probes[0].major;
+  group_info.minor = probes[0].minor;
+  ws->config_ = same_arch ? choose_launch_config(group_info) : launch_config_portable(group_info);
+  ws->config_.fixed_blocks = fixed;
+  if (fixed > 0) ws->config_.max_blocks = fixed;
+  // The pad has flag slots for kMaxBlocks blocks; a launch uses a prefix.
+  ws->layout_ = PadLayout{opt.world, kMaxBlocks};
+  ws->config_.threads = std::max(ws->config_.threads, std::max(opt.world, ws->config_.max_blocks));
   ws->workspace_bytes_ = bytes / 4096 * 4096;
 
   // ---- handle ------------------------------------------------------------

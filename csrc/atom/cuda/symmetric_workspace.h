@@ -31,7 +31,7 @@ class SymmetricWorkspace {
     int world = 1;
     int device = 0;               // this rank's CUDA device ordinal
     int64_t workspace_bytes = 0;  // requested; the group uses the smallest request
-    int blocks = 0;               // requested G; 0: choose_launch_config(); the group uses the smallest
+    int blocks = 0;               // fixed blocks per launch; 0: by size (launch_config.h); the group uses the smallest
   };
 
   static std::unique_ptr<SymmetricWorkspace> create(const Options& opt, const AllGather& exchange, std::string* why);
@@ -42,10 +42,14 @@ class SymmetricWorkspace {
   int rank() const { return rank_; }
   int world() const { return layout_.world; }
   int device() const { return device_; }
-  const PadLayout& layout() const { return layout_; }  // blocks = the group's G
+  const PadLayout& layout() const { return layout_; }  // blocks = slot capacity (kMaxBlocks)
+  const LaunchConfig& launch_config() const { return config_; }  // the group's, agreed at setup
   int threads() const { return config_.threads; }
   const char* config_name() const { return config_.name; }
   void* self() const { return self_; }                 // this rank's buffer (pad at 0)
+  // `rank`'s buffer as mapped in this process (pad at 0): self() for this
+  // rank, the opened IPC mapping for a peer. rank in [0, world()).
+  void* buffer(int rank) const { return rank == rank_ ? self_ : peers_[rank]; }
   int64_t workspace_bytes() const { return workspace_bytes_; }
   ErrorRecord* error_host() const { return err_host_; }
   ErrorRecord* error_device() const { return err_dev_; }

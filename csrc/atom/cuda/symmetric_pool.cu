@@ -1,0 +1,175 @@
+// symmetric_pool.cu — the symmetric pool's setup, agreement and bookkeeping.
+#include "atom/cuda/symmetric_pool.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <cuda_runtime.h>
+
+#include "atom/cuda/cuda_check.h"
+
+namespace purlin::atom::cuda {
+
+namespace {
+
+std::string to_hex(const void* data, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<const unsigned char*>(data)[i];
+    s.push_back(d[c >> 4]);
+    s.push_back(d[c & 15]);
+  }
+  return s;
+}
+
+std::string from_hex(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i + 1 < s.size(); i += 2) out.push_back(static_cast<char>(std::stoi(s.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+// The first answer that does not start with `ok`, as "rank r: text".
+std::string first_failure(const std::vector<std::string>& all, char ok) {
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].empty() || all[r][0] != ok) return "rank " + std::to_string(r) + ": " + (all[r].empty() ? "no answer" : all[r].substr(1));
+  return "";
+}
+
+}  // namespace
+
+std::shared_ptr<SymmetricPool> SymmetricPool::create(int rank, int world, int device, int64_t bytes,
+                                                     uint64_t* pad_table, const AllGather& exchange,
+                                                     std::string* why) {
+  std::shared_ptr<SymmetricPool> pool(new SymmetricPool());
+  pool->rank_ = rank;
+  pool->device_ = device;
+  pool->bytes_ = (bytes + kAlign - 1) / kAlign * kAlign;
+  DeviceScope scope(device);
+  std::string local;
+  cudaIpcMemHandle_t handle;
+  if (pool->bytes_ <= 0) local = "TORCH_PURLIN_CUDA_POOL_BYTES is 0";
+  if (local.empty()) {
+    const cudaError_t e = cudaMalloc(&pool->self_, static_cast<size_t>(pool->bytes_));
+    if (e != cudaSuccess) local = cuda_error_text(e, "cudaMalloc of the symmetric pool (TORCH_PURLIN_CUDA_POOL_BYTES)");
+    else if (cudaIpcGetMemHandle(&handle, pool->self_) != cudaSuccess) local = "cudaIpcGetMemHandle of the symmetric pool failed";
+    cudaGetLastError();
+  }
+  const std::vector<std::string> handles =
+      exchange("pool/handle", local.empty() ? "H" + to_hex(&handle, sizeof handle) : "E" + local);
+  *why = first_failure(handles, 'H');
+  std::vector<uint64_t> table(world, 0);
+  pool->peers_.assign(world, nullptr);
+  for (int r = 0; r < world && why->empty() && local.empty(); ++r) {
+    if (r == rank) {
+      table[r] = reinterpret_cast<uint64_t>(pool->self_);
+      continue;
+    }
+    cudaIpcMemHandle_t h;
+    const std::string raw = from_hex(handles[r].substr(1));
+    std::memcpy(&h, raw.data(), std::min(raw.size(), sizeof h));
+    void* p = nullptr;
+    const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      local = cuda_error_text(e, ("cudaIpcOpenMemHandle of rank " + std::to_string(r) + "'s pool").c_str());
+      break;
+    }
+    pool->peers_[r] = p;
+    table[r] = reinterpret_cast<uint64_t>(p);
+  }
+  if (why->empty() && local.empty()) {
+    RelaxedCaptureMode relaxed;
+    cudaStream_t s;
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e == cudaSuccess) {
+      e = cudaMemcpyAsync(pad_table, table.data(), table.size() * sizeof(uint64_t), cudaMemcpyHostToDevice, s);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+    if (e != cudaSuccess) local = cuda_error_text(e, "writing the pool table");
+    cudaGetLastError();
+  }
+  if (why->empty()) *why = first_failure(exchange("pool/opened", local.empty() ? "O" : "E" + local), 'O');
+  if (!why->empty()) {
+    pool->release();
+    return nullptr;
+  }
+  return pool;
+}
+
+int64_t SymmetricPool::first_fit(int64_t floor, int64_t nbytes) const {
+  int64_t at = (floor + kAlign - 1) / kAlign * kAlign;
+  for (const auto& [off, len] : used_) {
+    if (off + len <= at) continue;
+    if (off >= at + nbytes) break;
+    at = (off + len + kAlign - 1) / kAlign * kAlign;
+  }
+  return at + nbytes <= bytes_ ? at : -1;
+}
+
+int64_t SymmetricPool::allocate(int64_t nbytes, const AllGather& exchange) {
+  nbytes = std::max<int64_t>(kAlign, (nbytes + kAlign - 1) / kAlign * kAlign);
+  const uint64_t call = ++seq_;
+  int64_t floor = 0;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    int64_t mine;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      mine = first_fit(floor, nbytes);
+    }
+    const std::vector<std::string> all =
+        exchange("pool/alloc/" + std::to_string(call) + "/" + std::to_string(attempt), std::to_string(mine));
+    int64_t lo = INT64_MAX, hi = -1;
+    bool full = false;
+    for (const std::string& s : all) {
+      const int64_t v = std::stoll(s);
+      full |= v < 0;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    if (full)
+      throw std::runtime_error("purlin: the symmetric pool (" + std::to_string(bytes_) + " bytes, TORCH_PURLIN_CUDA_POOL_BYTES) has no room for " +
+                               std::to_string(nbytes) + " more bytes on some rank");
+    if (lo == hi) {  // free on every rank (a local free() since only widened it)
+      std::lock_guard<std::mutex> g(mu_);
+      used_[lo] = nbytes;
+      return lo;
+    }
+    floor = hi;
+  }
+  throw std::runtime_error("purlin: ranks could not agree on a place in the symmetric pool (blocks freed in different orders)");
+}
+
+void SymmetricPool::free(int64_t offset) {
+  std::lock_guard<std::mutex> g(mu_);
+  used_.erase(offset);
+}
+
+int64_t SymmetricPool::offset_of(const void* p, int64_t n) const {
+  const char* c = static_cast<const char*>(p);
+  if (!self_ || c < base() || c + n > base() + bytes_) return -1;
+  const int64_t off = c - base();
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = used_.upper_bound(off);
+  if (it == used_.begin()) return -1;
+  --it;
+  return off + n <= it->first + it->second ? off : -1;
+}
+
+void SymmetricPool::release() {
+  DeviceScope scope(device_);
+  for (void* p : peers_)
+    if (p) cudaIpcCloseMemHandle(p);
+  peers_.clear();
+  if (self_) cudaFree(self_);
+  self_ = nullptr;
+  cudaGetLastError();
+}
+
+// NOTE: like the workspace, peers must be done with this rank's pool before
+// it is freed (destroy the group after the last collective completed).
+SymmetricPool::~SymmetricPool() { release(); }
+
+}  // namespace purlin::atom::cuda

@@ -1,0 +1,180 @@
+"""The implementations torch_purlin.bench times side by side, one column group each.
+
+- a backend name (purlin, nccl, gloo, ...): a process group of its own
+  (dist.new_group(backend=NAME)) running the torch.distributed call on the
+  buffers every such impl shares;
+- purlin-sym: purlin on buffers from torch_purlin.empty (purlin's symmetric
+  pool: ops on them take the zero-copy path), input and output both;
+- symm1 / symm2: torch's symmetric memory (CUDA only), on buffers from
+  torch.distributed._symmetric_memory.empty rendezvoused on the world group:
+  symm1 = symm_mem.one_shot_all_reduce_out (reads every peer's input, writes a
+  separate output), symm2 = symm_mem.two_shot_all_reduce_ (in place) and, for
+  out-of-place reduce_scatter, symm_mem.reduce_scatter_out (the two-shot
+  kernel's reduce-scatter half). Sum only; bfloat16 and float32 only.
+
+An impl that cannot start here (no GPU, missing API, NotImplementedError) is
+dropped by bench.py with one line on stderr; errors at one size are n/a cells.
+
+NOTE [no multicast]: never call a symm_mem multimem_* op: NVLink multicast can
+take shared GPUs out of service. Symm sets TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+before its first allocation so rendezvous creates no multicast object either.
+"""
+import importlib
+import os
+import warnings
+
+import torch
+import torch.distributed as dist
+
+NO_GRAPH = {"gloo", "mpi"}  # host-side backends; a capture attempt can hang, not just fail
+SPECIAL = ("purlin-sym", "symm1", "symm2")
+
+
+class Unavailable(Exception):
+    """This impl cannot run here at all; bench.py drops it with one stderr line."""
+
+
+class Impl:
+    """One column group: a label, the group it runs on, its buffers and its call."""
+
+    kind = "backend"        # purlin | purlin-sym | backend | symm-mem (JSON "kind")
+    graphable = True
+    own_buffers = False     # True: buffers(...) says how its Case is allocated
+
+    def __init__(self, label, group, about):
+        self.label, self.group, self.about = label, group, about
+
+    def supports(self, op, place):
+        return True
+
+    def buffers(self, op, place):
+        """bench.Case keyword arguments: layout (the buffers' placement when it
+        differs from the table's), alloc_in / alloc_out (numel -> tensor; None:
+        torch.empty), everywhere (allocate on every rank, also where the op
+        passes no buffer: symmetric allocations are collective)."""
+        raise NotImplementedError
+
+    def ready(self, case):
+        """Collective setup on a freshly allocated Case (symm-mem rendezvous)."""
+
+    def run(self, case):
+        case.op.run(case, self.group)
+
+    def launch(self):
+        """purlin's last kernel launch on this group, or None for other impls."""
+        return last_launch(self.group) if self.kind in ("purlin", "purlin-sym") else None
+
+
+def last_launch(group):
+    """torch_purlin.last_launch(group) -> {'protocol', 'blocks', 'threads'}, or {} if absent."""
+    fn = getattr(importlib.import_module("torch_purlin"), "last_launch", None)
+    if fn is None:
+        return {}
+    try:
+        return dict(fn(group) or {})
+    except Exception as e:  # a launch report must never stop a benchmark
+        return {"error": f"{type(e).__name__}: {e}"[:120]}
+
+
+class Backend(Impl):
+    def __init__(self, label, backend):
+        if backend == "purlin":
+            importlib.import_module("torch_purlin")     # registers the backend
+        super().__init__(label, dist.new_group(backend=backend), f"backend {backend}")
+        self.kind = "purlin" if backend == "purlin" else "backend"
+        self.graphable = backend not in NO_GRAPH
+
+
+class PurlinSym(Impl):
+    kind = "purlin-sym"
+    own_buffers = True
+
+    def __init__(self, label, args):
+        self.empty = getattr(importlib.import_module("torch_purlin"), "empty", None)
+        if self.empty is None:
+            raise Unavailable("torch_purlin.empty does not exist in this build")
+        super().__init__(label, dist.new_group(backend="purlin"),
+                         "purlin on torch_purlin.empty buffers (input and output)")
+        self.args = args
+
+    def alloc(self, numel):
+        a = self.args
+        return self.empty(numel, dtype=a.dtype, device=a.device, group=self.group)
+
+    def buffers(self, op, place):
+        return dict(alloc_in=self.alloc, alloc_out=self.alloc, everywhere=True)
+
+
+# (op, placement of the table) -> (placement of the buffers, the symmetric one, call).
+# symm1 sits in the in-place all_reduce table but writes a separate output.
+SYMM_CALLS = {
+    "symm1": {("all_reduce", "in-place"): ("out-of-place", "inp", lambda c, g: (
+        torch.ops.symm_mem.one_shot_all_reduce_out(c.inp, "sum", g, c.out)))},
+    "symm2": {("all_reduce", "in-place"): ("in-place", "inp", lambda c, g: (
+        torch.ops.symm_mem.two_shot_all_reduce_(c.inp, "sum", g))),
+              ("reduce_scatter", "out-of-place"): ("out-of-place", "inp", lambda c, g: (
+                  torch.ops.symm_mem.reduce_scatter_out(c.inp, g, False, c.out)))},
+}
+SYMM_ABOUT = {"symm1": "torch symm_mem one_shot_all_reduce_out (out-of-place)",
+              "symm2": "torch symm_mem two_shot_all_reduce_ (in-place), reduce_scatter_out"}
+
+
+def check_symm_args(args):
+    if args.redop != "sum" or args.dtype not in (torch.bfloat16, torch.float32):
+        raise Unavailable("torch symm_mem ops take only sum on bfloat16/float32")
+
+
+class Symm(Impl):
+    kind = "symm-mem"
+    own_buffers = True
+
+    def __init__(self, label, args):
+        if args.device.type != "cuda":
+            raise Unavailable("torch symmetric memory needs --device cuda")
+        check_symm_args(args)
+        os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"     # NOTE [no multicast]
+        try:
+            self.sm = importlib.import_module("torch.distributed._symmetric_memory")
+        except ImportError as e:
+            raise Unavailable(f"torch.distributed._symmetric_memory: {e}") from e
+        world = dist.group.WORLD
+        enable = getattr(self.sm, "enable_symm_mem_for_group", None)
+        if enable:                  # older torch needs it; newer ones deprecate it (a warning)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                try:
+                    enable(world.group_name)
+                except Exception:   # noqa: BLE001  the probe's rendezvous decides
+                    pass
+        super().__init__(label, world, SYMM_ABOUT[label])
+        self.gname, self.calls, self.args = world.group_name, SYMM_CALLS[label], args
+
+    def supports(self, op, place):
+        return (op, place) in self.calls
+
+    def alloc(self, numel):
+        return self.sm.empty(numel, dtype=self.args.dtype, device=self.args.device)
+
+    def buffers(self, op, place):
+        layout, sym, _ = self.calls[(op, place)]
+        return dict(layout=layout, everywhere=True,
+                    alloc_in=self.alloc if sym == "inp" else None,
+                    alloc_out=self.alloc if sym == "out" else None)
+
+    def ready(self, case):
+        self.sm.rendezvous(case.inp, self.gname)
+
+    def run(self, case):
+        self.calls[(case.name, case.place)][2](case, self.gname)
+
+
+def make(label, backend, args):
+    """The impl for one --impls entry (label: unique column title)."""
+    if backend == "purlin-sym":
+        impl = PurlinSym(label, args)
+    elif backend in ("symm1", "symm2"):
+        impl = Symm(label, args)
+    else:
+        impl = Backend(label, backend)
+    impl.backend = backend          # the --impls name, kept in the JSON's meta.impls
+    return impl

@@ -1,0 +1,36 @@
+"""Symmetric memory: tensors every peer of a group can read in place.
+
+    buf = torch_purlin.empty(n, dtype=torch.bfloat16, device="cuda")   # collective
+    dist.all_reduce(buf)                                               # no staging copy
+
+`empty` carves the tensor out of the group's symmetric pool (CUDA memory each
+rank allocates once and every peer maps, TORCH_PURLIN_CUDA_POOL_BYTES) at the
+same offset on every rank, so collectives whose input lives there read it
+straight from the owner (NOTE [zero-copy] in csrc/snac/plan.h): the staging
+copy disappears. Every rank must call it in the same order with the same
+sizes, like a collective. Passing such a tensor on some ranks and an ordinary
+one (or one at another offset) on others is detected on the GPU and raises.
+torch's own spelling works too: `group._get_backend(device).allocateTensor(n)`
+(Backend.supportsTensorAlloc is true on CUDA builds).
+"""
+import torch
+
+from .registration import get_purlin_backend
+
+
+def empty(*size, dtype=None, device=None, group=None):
+    """An uninitialised CUDA tensor from `group`'s symmetric pool (collective)."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    dtype = dtype if dtype is not None else torch.get_default_dtype()
+    device = torch.device(device if device is not None else "cuda")
+    if device.type != "cuda":
+        raise ValueError(f"torch_purlin.empty: symmetric memory is for CUDA tensors, got device {device}")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return get_purlin_backend(group, "cuda").empty(list(size), dtype, device)
+
+
+def last_launch(group=None):
+    """What the group's last CUDA collective ran: {'protocol', 'blocks' (SMs used), 'threads'}."""
+    return dict(get_purlin_backend(group, "cuda").last_launch())
