@@ -38,7 +38,7 @@ SIZES = (1, 3, 7, 127, 1000, 4099, 65537, 1_000_003)
 FAMILIES = (
     "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
-    "mixed_backend", "counters", "fallback", "zero_copy", "block_counts", "call_tag", "timeout",
+    "mixed_backend", "counters", "fallback", "zero_copy", "push", "block_counts", "call_tag", "timeout",
 )
 
 
@@ -717,6 +717,47 @@ def _worker(rank, world, init_file, out_dir):
         assert_equal(v, torch.cat([torch.full((1 << 20,), r + 1, dtype=torch.uint8) for r in range(W)]), "reuse")
 
     R.check("empty / pool reuse", allocate_tensor_api)
+
+    # -- push: sources write into the readers' workspaces (NOTE [push]) -------------------------------------
+    R.family = "push"
+    pu = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
+    os.environ["TORCH_PURLIN_CUDA_PUSH"] = "all"
+    os.environ["TORCH_PURLIN_CUDA_WORKSPACE_BYTES"] = "1M"  # many rounds: slot reuse in the readers' workspaces
+    warm = torch.ones(4, device=dev)
+    dist.all_reduce(warm, group=pu)  # creates the group's engine with these settings
+    os.environ.pop("TORCH_PURLIN_CUDA_PUSH")
+    os.environ.pop("TORCH_PURLIN_CUDA_WORKSPACE_BYTES")
+
+    def push_case(op, n, dtype):
+        xs = inputs(W * n, dtype, "sum")
+        if op == "all_reduce":
+            t = xs[rank].to(dev)
+            dist.all_reduce(t, group=pu)
+            assert_reduced(t, xs, "sum", f"push all_reduce n={W * n}")
+        elif op == "all_gather_into_tensor":
+            out = torch.empty(W * W * n, dtype=dtype, device=dev)
+            dist.all_gather_into_tensor(out, xs[rank].to(dev), group=pu)
+            assert_equal(out, torch.cat(xs), f"push all_gather n={n}")
+        elif op == "reduce_scatter_tensor":
+            out = torch.empty(n, dtype=dtype, device=dev)
+            dist.reduce_scatter_tensor(out, xs[rank].to(dev), group=pu)
+            assert_reduced(out, [x[rank * n:(rank + 1) * n] for x in xs], "sum", f"push reduce_scatter n={n}")
+        elif op == "all_to_all_single":
+            out = torch.empty(W * n, dtype=dtype, device=dev)
+            dist.all_to_all_single(out, xs[rank].to(dev), group=pu)
+            want = torch.cat([x[rank * n:(rank + 1) * n] for x in xs])
+            assert_equal(out, want, f"push all_to_all n={n}")
+        elif op == "broadcast":
+            t = xs[rank].to(dev)
+            dist.broadcast(t, src=0, group=pu)
+            assert_equal(t, xs[0], f"push broadcast n={n}")
+        assert "+push" in torch_purlin.last_launch(pu)["protocol"], torch_purlin.last_launch(pu)
+
+    for op in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast"):
+        for n in (1, 4099, 700_001):
+            for dtype in (torch.float32, torch.bfloat16):
+                R.check(f"{op} n={n} {dtype}", push_case, op, n, dtype)
+    R.check("two-shot all_reduce 24 MB", push_case, "all_reduce", 3_000_001, torch.float32)
 
     # -- block counts: the launch's block count follows the size (launch_config.h) --------------------------
     R.family = "block_counts"

@@ -35,10 +35,10 @@ def builtin_specs(W, n, rng):
     ]
 
 
-def check(spec, slot, align, two_shot, direct_local, seeds=(0, 1), read_peer_inputs=False):
+def check(spec, slot, align, two_shot, direct_local, seeds=(0, 1), read_peer_inputs=False, push=False):
     plans = [
         torch_purlin.make_plan(spec, r, slot, align, two_shot=two_shot, direct_local=direct_local,
-                               read_peer_inputs=read_peer_inputs)
+                               read_peer_inputs=read_peer_inputs, push=push)
         for r in range(spec.world)
     ]
     check_signals_match(plans)
@@ -78,6 +78,24 @@ def test_zero_copy_plans(W):
                         for op in p["ops"]:
                             if op["code"] == 2 and op["dst"][0] == 2:  # a copy into the workspace
                                 assert op["srcs"][0][0] != 0, f"{spec.name}: zero-copy plan stages its input"
+
+
+@pytest.mark.parametrize("W", WORLDS)
+def test_push_plans(W):
+    """NOTE [push]: sources write into the readers' workspaces; readers read only local memory in phase 0."""
+    rng = random.Random(200 + W)
+    for n in (0, 1, 5, 37):
+        for spec in builtin_specs(W, n, rng):
+            # (A reader's slot holds every pusher's piece: 8-element slots cannot at W=8.)
+            for slot, align in ((1 << 20, 1), (8 * W, 1), (8 * W, 4)):
+                for two_shot in (False, True):
+                    for direct_local in (True, False):
+                        plans = check(spec, slot, align, two_shot, direct_local, seeds=(0, 1, 2), push=True)
+                        for p in plans:
+                            for op in p["ops"]:
+                                if op["phase"] in ("consume", "consume: reduce owned slice"):
+                                    for buf, rank, _ in op["srcs"]:
+                                        assert buf != 2 or rank == p["rank"], f"{spec.name}: push plan pulls {op}"
 
 
 @pytest.mark.parametrize("W", [2, 3, 5, 8])

@@ -141,6 +141,7 @@ class CudaEngine {
   std::unordered_map<std::string, std::unique_ptr<CachedPlan>> plans_;
   std::string broken_;
   int64_t two_shot_bytes_ = 0;
+  std::string push_mode_;
   bool debug_ = false;
   uint64_t a2a_seq_ = 0;
   bool can_delete_keys_ = true;
@@ -160,6 +161,9 @@ CudaEngine::CudaEngine(int rank, int world, std::chrono::milliseconds timeout, c
     : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)) {
   c10::cuda::CUDAGuard guard(device_);
   two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
+  push_mode_ = env::get("TORCH_PURLIN_CUDA_PUSH");
+  if (push_mode_ != "copies" && push_mode_ != "all" && push_mode_ != "none")
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: expected copies, all or none, got '" + push_mode_ + "'");
   debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
   cu::SymmetricWorkspace::Options opt;
   opt.rank = rank_;
@@ -302,17 +306,24 @@ const CudaEngine::CachedPlan& CudaEngine::plan_for(const Request& rq, const std:
     for (auto i = plans_.begin(); i != plans_.end();) i = i->second->inl ? plans_.erase(i) : std::next(i);
   }
   const snac::Spec spec = build_spec(rq, all);
+  int64_t spec_bytes = 0;  // rank-invariant: every rank picks the same blocks and staging
+  for (const auto& ch : spec.chunks) spec_bytes += ch.numel() * esize;
+  // NOTE [push]: measured on 2x H200 (benchmarks/results/cuda_h200x2_20261130b_push.md),
+  // pushing is 3-9% faster for copies at every size; for reductions it is
+  // mixed (one-shot small slower, reduce_scatter >= 256 MB slower).
+  opt.push = !zero_copy && (push_mode_ == "all" || (push_mode_ == "copies" && spec.kind == snac::OpKind::Copy));
   const snac::Plan plan = snac::make_plan(spec, rank_, opt);
   auto c = std::make_unique<CachedPlan>();
-  int64_t spec_bytes = 0;  // rank-invariant, so every rank picks the same block count
-  for (const auto& ch : spec.chunks) spec_bytes += ch.numel() * esize;
   c->spec_bytes = spec_bytes;
   c->blocks = ws_->launch_config().blocks_for(spec_bytes);
   if (spec.kind == snac::OpKind::Copy && !zero_copy) c->snac_plan = plan;
   c->plan = cu::lower_plan(plan, c->blocks, esize, alias);
   c->reduces = spec.kind == snac::OpKind::Reduce;
-  c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0);
-  c->protocol = std::string(c->reduces ? (two_shot ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "");
+  // The options every rank must share are part of the signature (NOTE [call tags]).
+  c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
+           (two_shot ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0);
+  c->protocol = std::string(c->reduces ? (two_shot ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
+                (opt.push ? "+push" : "");
   if (cu::fits_inline(c->plan)) {
     c->inl = std::make_unique<cu::InlinePlan>();
     cu::to_inline(c->plan, c->inl.get());

@@ -26,6 +26,10 @@ const std::vector<Var>& registry() {
        "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "
        "2x H200 it is 0.6-0.8x the SM kernel (docs/PERFORMANCE.md), so it is worth it only to keep SMs for "
        "overlapped compute."},
+      {"TORCH_PURLIN_CUDA_PUSH", "copies",
+       "Which CUDA collectives stage by pushing each contribution into its readers' workspaces instead of their "
+       "own (NOTE [push] in csrc/snac/plan.h): copies (default: measured faster for copies at every size), all, "
+       "or none. Every rank must use the same value (a mismatch is reported as a call-tag error)."},
       {"TORCH_PURLIN_CUDA_BLOCKS", "0",
        "Blocks per CUDA collective launch (0: by message size from the architecture's table, "
        "csrc/atom/cuda/launch_config*.cu; N: always N, max 128; the group uses the smallest value any rank asks "

@@ -35,6 +35,12 @@
 //   acked (Consumed of the last round it read), so the caller may overwrite
 //   the input once the collective returns. The workspace only holds two-shot
 //   scratch.
+// NOTE [push] — the same protocol with Stage writing each contribution
+//   straight into every reader's workspace slot (a remote write) instead of
+//   the source's own: readers then consume local memory. Notify, Consume and
+//   the acks are unchanged; Reuse waits for the same acks (a source writes
+//   into reader d's slot exactly when d reads from it). Two-shot phase 1
+//   still pulls the owners' reduced slices.
 // NOTE [epochs] — flag values are step counters relative to the plan start;
 //   the executor adds the group's running base, so flags only ever grow and
 //   never need resetting (safe under graph replay with a device-side base).
@@ -84,6 +90,7 @@ struct PlanOptions {
                                // (false when Input and Output overlap)
   bool read_peer_inputs = false;  // NOTE [zero-copy]: every rank's Input is
                                // readable by its peers (symmetric memory)
+  bool push = false;           // NOTE [push]: stage into the readers' workspaces
 };
 
 struct Plan {

@@ -25,6 +25,7 @@ struct Piece {
   int owner;                     // two-shot owner (a dest rank) or -1
   std::vector<int64_t> staged;   // per source index: workspace offset, or -1 if not staged
   int64_t scratch = -1;          // two-shot: owner's workspace offset of the reduced slice
+  std::vector<std::vector<int64_t>> pushed = {};  // push: [source index][reader] offset in the reader's workspace, or -1
 };
 
 struct Round {
@@ -77,14 +78,22 @@ class Planner {
       const std::vector<int> cons = consumers(p);
       for (const auto& src : ch.sources) {
         bool staged = false;
+        std::vector<int64_t> pushed(opt_.push ? W_ : 0, -1);
         for (int d : cons) {
           if (d != src.rank) {
-            staged = !opt_.read_peer_inputs;
             R.reads[0][d].insert(src.rank);
+            if (opt_.read_peer_inputs) continue;
+            if (!opt_.push) {
+              staged = true;
+              continue;
+            }
+            pushed[d] = align_up(cursor[d], opt_.align_elems);  // NOTE [push]: in the reader's slot
+            cursor[d] = pushed[d] + (p.b - p.a);
           } else if (!opt_.direct_local) {
             staged = true;
           }
         }
+        p.pushed.push_back(std::move(pushed));
         int64_t off = -1;
         if (staged) {
           off = align_up(cursor[src.rank], opt_.align_elems);
@@ -156,7 +165,10 @@ class Planner {
   // Ref + region of source k of piece p as read by `reader`.
   void source_of(const Piece& p, size_t k, int reader, Ref* ref, Region* reg) const {
     const Placement& src = spec_.chunks[p.chunk].sources[k];
-    if (p.staged[k] < 0) {  // own input (direct_local), or a peer's (read_peer_inputs)
+    if (opt_.push && p.pushed[k][reader] >= 0) {  // NOTE [push]: the source wrote it here
+      *ref = Ref{Buf::Workspace, reader, 0};
+      *reg = Region::contiguous(p.pushed[k][reader] - p.a, p.b);
+    } else if (p.staged[k] < 0) {  // own input (direct_local), or a peer's (read_peer_inputs)
       *ref = Ref{Buf::Input, src.rank, 0};
       *reg = src.region;
     } else {
@@ -184,8 +196,17 @@ class Planner {
     plan.ops.push_back(op);
   }
 
-  void emit_round(Plan& plan, int r, int j, const Round& R, const Round* two_back) const {
+  void emit_round(Plan& plan, int r, int j, const Round& R, const Round* two_back, const Round* two_ahead) const {
     // Reuse: readers of this slot two rounds ago must have acked.
+    if (two_back && opt_.push) {
+      // NOTE [push]: this rank writes into d's slot, which holds what ANY
+      // source pushed there in round j - 2: wait until d finished that round
+      // (d acks every future pusher at its end, see below).
+      const int L = two_back->two_shot ? 1 : 0;
+      for (int d = 0; d < W_; ++d)
+        if (d != r && R.reads[0][d].count(r))
+          wait(plan, Flag::Consumed, d, step_value(j - 2, L), "stage: wait for the reader to free its slot");
+    }
     if (two_back) {
       for (int d = 0; d < W_; ++d) {
         int last = -1;
@@ -198,9 +219,14 @@ class Planner {
     for (const Piece& p : R.pieces) {
       const Chunk& ch = spec_.chunks[p.chunk];
       for (size_t k = 0; k < ch.sources.size(); ++k) {
-        if (ch.sources[k].rank != r || p.staged[k] < 0) continue;
-        transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Workspace, r, 0}, Ref{Buf::Input, r, 0}},
-                 {Region::contiguous(p.staged[k] - p.a, p.b), ch.sources[k].region}, "stage");
+        if (ch.sources[k].rank != r) continue;
+        if (p.staged[k] >= 0)
+          transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Workspace, r, 0}, Ref{Buf::Input, r, 0}},
+                   {Region::contiguous(p.staged[k] - p.a, p.b), ch.sources[k].region}, "stage");
+        for (int d = 0; opt_.push && d < W_; ++d)
+          if (p.pushed[k][d] >= 0)
+            transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Workspace, d, 0}, Ref{Buf::Input, r, 0}},
+                     {Region::contiguous(p.pushed[k][d] - p.a, p.b), ch.sources[k].region}, "stage: push to reader");
       }
     }
     // Notify phase 0.
@@ -235,7 +261,7 @@ class Planner {
                p.owner >= 0 ? "consume: reduce owned slice" : "consume");
     }
     for (int s : R.reads[0][r]) signal(plan, Flag::Consumed, s, step_value(j, 0), "consume: ack");
-    if (!R.two_shot) return;
+    if (!R.two_shot) return free_slot_for_pushers(plan, r, j, R, two_ahead);
     // Phase 1 (two-shot): owners' reduced slices are copied to the other dests.
     for (int d = 0; d < W_; ++d)
       if (R.reads[1][d].count(r)) signal(plan, Flag::Staged, d, step_value(j, 1), "notify reduced slice");
@@ -249,6 +275,17 @@ class Planner {
       }
     }
     for (int o : R.reads[1][r]) signal(plan, Flag::Consumed, o, step_value(j, 1), "consume reduced slice: ack");
+    free_slot_for_pushers(plan, r, j, R, two_ahead);
+  }
+
+  // NOTE [push]: at the end of round j, tell every rank that will push into
+  // this rank's slot in round j + 2 that the slot is free, unless the last
+  // ack of round j already told it.
+  void free_slot_for_pushers(Plan& plan, int r, int j, const Round& R, const Round* two_ahead) const {
+    if (!opt_.push || !two_ahead) return;
+    const int L = R.two_shot ? 1 : 0;
+    for (int s : two_ahead->reads[0][r])
+      if (!R.reads[L][r].count(s)) signal(plan, Flag::Consumed, s, step_value(j, L), "consume: free the slot for pushers");
   }
 
   Plan build(int rank) const {
@@ -261,7 +298,7 @@ class Planner {
     std::vector<Round> rounds;
     for (int j = 0; j < K; ++j) rounds.push_back(layout(j, K));
     for (int j = 0; j < K; ++j) {
-      emit_round(plan, rank, j, rounds[j], j >= 2 ? &rounds[j - 2] : nullptr);
+      emit_round(plan, rank, j, rounds[j], j >= 2 ? &rounds[j - 2] : nullptr, j + 2 < K ? &rounds[j + 2] : nullptr);
       plan.workspace_elems = std::max(plan.workspace_elems, (j % 2) * opt_.slot_elems + rounds[j].used[rank]);
     }
     if (opt_.read_peer_inputs) {

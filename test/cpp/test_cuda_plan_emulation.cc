@@ -8,7 +8,8 @@
 // Every collective launches its own number of blocks (1..kBlocks, as
 // launch_config picks by size); zero-copy plans (NOTE [zero-copy]) read peers'
 // inputs in place, and after each of those the "caller" overwrites its input,
-// so a missing Release wait shows up as a race. Each thread runs the whole
+// so a missing Release wait shows up as a race; push plans (NOTE [push])
+// write into peers' workspaces. Each thread runs the whole
 // sequence of collectives like a stream: its rank's blocks meet between
 // collectives (a kernel boundary), ranks do not (no host handshake on GPUs).
 // Random pauses, and blocks that are made slow for a whole collective, shake
@@ -313,12 +314,13 @@ struct Case {
   std::vector<std::vector<int64_t>> splits;
   int blocks = kBlocks;
   bool zero_copy = false;
+  bool push = false;  // NOTE [push]
 };
 
 std::string name_of(const Case& c) {
   static const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"};
   return std::string(kinds[static_cast<int>(c.kind)]) + (c.layout == Layout::InPlace ? " in-place" : "") +
-         (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + " n=" + std::to_string(c.n) +
+         (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.push ? " push" : "") + " n=" + std::to_string(c.n) +
          " blocks=" + std::to_string(c.blocks);
 }
 
@@ -377,6 +379,7 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     opt.slot_elems = g.slot_elems;
     opt.direct_local = alias == cu::IoAlias::Disjoint;
     opt.read_peer_inputs = cs.zero_copy && zero_copy_allowed(cs.kind, alias, cs.two_shot);
+    opt.push = cs.push;
     opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
     p.calls[r].plan = cu::lower_plan(snac::make_plan(spec, r, opt), cs.blocks, kEsize, alias);
     p.calls[r].blocks = cs.blocks;
@@ -493,6 +496,7 @@ int main(int argc, char** argv) {
         c.two_shot = c.kind == Kind::AllReduce && rng() % 2;
         c.blocks = 1 + static_cast<int>(rng() % kBlocks);
         c.zero_copy = rng() % 3 == 0;
+        c.push = rng() % 2 == 0;
         c.root = static_cast<int>(rng() % world);
         c.splits.assign(world, std::vector<int64_t>(world, 0));
         for (auto& row : c.splits)
