@@ -32,3 +32,17 @@ def emulator(tmp_path_factory):
 def test_plan_protocol_emulation(emulator):
     r = subprocess.run([str(emulator), "100"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and " 0 failed" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
+def test_launch_config_tables(tmp_path):
+    """Block counts by size (launch_config*.cu): tables, caps and the fixed override."""
+    if not shutil.which("g++"):
+        pytest.skip("g++ is required")
+    exe = tmp_path / "test_launch_config"
+    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), "-x", "c++",
+           str(ROOT / "csrc/atom/cuda/launch_config.cu"), str(ROOT / "csrc/atom/cuda/launch_config_sm90.cu"),
+           "-x", "none", str(ROOT / "test/cpp/test_launch_config.cc"), "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "0 failed" in r.stdout, r.stdout + r.stderr

@@ -14,16 +14,14 @@ RTOL[dtype] of sum_k |x_k| (fp32 accumulation, one rounding).
 
     python -m pytest test/test_gpu_collectives.py     # or test/gpu/run_gpu_suite.sh
 """
-import json
 import os
-import time
-import traceback
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from gpu_harness import Runner, check_exited_cleanly, check_family, run_suite
 
 WORLD = 2
 SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "240"))
@@ -149,37 +147,14 @@ def nccl_has(dtype, op=None):
 # ---- the worker -----------------------------------------------------------------------
 
 
-class Runner:
-    def __init__(self, rank, out_path):
-        self.rank = rank
-        self.out = open(out_path, "w")
-        self.case = 0
-        self.family = "?"
-
-    def seed(self):
-        self.case += 1
-        return self.case
-
-    def check(self, name, fn, *args):
-        t0 = time.time()
-        try:
-            fn(*args)
-            err = None
-        except Exception:  # noqa: BLE001 — every failure is recorded, the suite goes on
-            err = traceback.format_exc(limit=4)
-        self.out.write(json.dumps({"family": self.family, "case": name, "rank": self.rank, "error": err,
-                                   "s": round(time.time() - t0, 4)}) + "\n")
-        self.out.flush()
-
-
-def _worker(rank, world, init_file, out_dir):
+def _worker(rank, world, init_file, log_path):
     os.environ.setdefault("TORCH_PURLIN_LOG", "1")
     torch.cuda.set_device(rank)
     import torch_purlin  # noqa: F401  registers "purlin"
 
     dist.init_process_group("cpu:gloo,cuda:nccl", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))
-    R = Runner(rank, os.path.join(out_dir, f"rank{rank}.jsonl"))
+    R = Runner(rank, log_path)
     nccl = dist.group.WORLD
     host = dist.new_group(backend="gloo")
     pg = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
@@ -851,40 +826,13 @@ def _worker(rank, world, init_file, out_dir):
 def suite(tmp_path_factory):
     if not torch.cuda.is_available() or torch.cuda.device_count() < WORLD:
         pytest.skip(f"needs {WORLD} GPUs")
-    d = tmp_path_factory.mktemp("purlin_gpu")
-    logs = os.environ.get("PURLIN_GPU_LOG_DIR") or str(d)  # per-rank case logs (rank<r>.jsonl)
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, WORLD, str(d / "init"), logs)) for r in range(WORLD)]
-    t0 = time.time()
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(max(1.0, SUITE_TIMEOUT_S - (time.time() - t0)))
-    hung = [i for i, p in enumerate(procs) if p.is_alive()]
-    for i in hung:
-        procs[i].kill()
-    rows = []
-    for r in range(WORLD):
-        path = os.path.join(logs, f"rank{r}.jsonl")
-        if os.path.exists(path):
-            with open(path) as f:
-                rows += [json.loads(line) for line in f if line.strip()]
-    print(f"\n[purlin gpu suite] {len(rows)} case results in {time.time() - t0:.1f} s; exit codes "
-          f"{[p.exitcode for p in procs]}; hung ranks {hung}")
-    return {"rows": rows, "exitcodes": [p.exitcode for p in procs], "hung": hung}
+    return run_suite("collectives", _worker, WORLD, SUITE_TIMEOUT_S, tmp_path_factory.mktemp("purlin_gpu"))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gpu_family(suite, family):
-    rows = [r for r in suite["rows"] if r["family"] == family]
-    failed = [r for r in rows if r["error"]]
-    assert rows, f"no {family} case ran (exit codes {suite['exitcodes']}, hung ranks {suite['hung']})"
-    names = {r["case"] for r in rows}
-    per_rank = {r: sum(1 for x in rows if x["rank"] == r) for r in range(WORLD)}
-    assert not failed, f"{len(failed)} of {len(rows)} {family} case results failed; first:\n" + "\n".join(
-        f"rank {f['rank']} {f['case']}:\n{f['error']}" for f in failed[:3])
-    assert all(v == len(names) for v in per_rank.values()), f"ranks ran different numbers of cases: {per_rank}"
+    check_family(suite, family)
 
 
 def test_gpu_suite_exited_cleanly(suite):
-    assert not suite["hung"] and all(c == 0 for c in suite["exitcodes"]), suite["exitcodes"]
+    check_exited_cleanly(suite)

@@ -4,7 +4,7 @@
 #   env.txt     GPUs, topology, torch / NCCL versions
 #   build.log   the extension build
 #   pytest.log  the tests (summary lines at its end)
-#   rank<r>.jsonl  one line per test case and rank
+#   <suite>_rank<r>.jsonl  one line per test case and rank (test/gpu_harness.py)
 # Budget: about 1 to 2 minutes of build (PURLIN_CUDA_ARCHS defaults to 90
 # here: one architecture; setup.py's default builds 80;90;100) and about a
 # minute of tests; everything ends within PURLIN_GPU_DEADLINE_S (290 s).

@@ -13,19 +13,26 @@ int LaunchConfig::blocks_for(int64_t bytes) const {
   return max_blocks;
 }
 
+LaunchConfig make_launch_config(const char* name, int threads, std::initializer_list<std::pair<int64_t, int>> steps,
+                                int max_blocks, const DeviceInfo& d) {
+  LaunchConfig c;
+  c.name = name;
+  c.threads = threads;
+  int i = 0;
+  for (const auto& [up_to, blocks] : steps) {
+    if (i == LaunchConfig::kSteps) break;
+    c.up_to_bytes[i] = up_to;
+    c.blocks[i++] = blocks;
+  }
+  c.max_blocks = std::max(1, std::min({max_blocks, d.sm_count, kMaxBlocks}));
+  return c;
+}
+
 // Up to 16 blocks of 512 threads: ~8 KB of 16-byte loads in flight per block
 // is enough for one NVLink peer's bandwidth on Ampere-class links, and most
 // SMs stay with the compute the collective overlaps with.
 LaunchConfig launch_config_portable(const DeviceInfo& d) {
-  LaunchConfig c;
-  c.threads = 512;
-  const int64_t up[] = {32 << 10, 256 << 10, 2 << 20, 0, 0, 0};
-  const int g[] = {2, 4, 8, 0, 0, 0};
-  std::copy(up, up + LaunchConfig::kSteps, c.up_to_bytes);
-  std::copy(g, g + LaunchConfig::kSteps, c.blocks);
-  c.max_blocks = std::max(1, std::min({16, d.sm_count, kMaxBlocks}));
-  c.name = "portable";
-  return c;
+  return make_launch_config("portable", 512, {{32 << 10, 2}, {256 << 10, 4}, {2 << 20, 8}}, 16, d);
 }
 
 LaunchConfig choose_launch_config(const DeviceInfo& d) {

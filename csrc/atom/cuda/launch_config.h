@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 namespace purlin::atom::cuda {
 
@@ -32,6 +34,11 @@ struct LaunchConfig {
   // Blocks for a collective whose Spec moves `bytes` (rank-invariant).
   int blocks_for(int64_t bytes) const;
 };
+
+// A config from its table: (up to bytes, blocks) steps in increasing size,
+// then max_blocks (clamped to [1, min(sm_count, kMaxBlocks)]) above them.
+LaunchConfig make_launch_config(const char* name, int threads, std::initializer_list<std::pair<int64_t, int>> steps,
+                                int max_blocks, const DeviceInfo& d);
 
 LaunchConfig launch_config_portable(const DeviceInfo& d);
 LaunchConfig launch_config_sm90(const DeviceInfo& d);  // Hopper: H100 / H200

@@ -12,19 +12,11 @@
 namespace purlin::atom::cuda {
 
 LaunchConfig launch_config_sm90(const DeviceInfo& d) {
-  LaunchConfig c;
-  c.threads = 512;
   // From the 2026-11-30 sweep (benchmarks/results/cuda_h200x2_20261130b_blocks.md):
   // graph-mode all_reduce 1 KB: 2 blocks 11.3 us, 128 blocks 13.5 us; 64 KB:
   // 8 blocks 12.3 us; 512 KB: 32 blocks 15.2 us (8: 22.5 us); 4 MB: 128
   // blocks 26.9 us (32: 35.7 us); 256 MB: 128 blocks 1448 us (32: 2679 us).
-  const int64_t up[] = {16 << 10, 64 << 10, 1 << 20, 0, 0, 0};
-  const int g[] = {2, 8, 32, 0, 0, 0};
-  std::copy(up, up + LaunchConfig::kSteps, c.up_to_bytes);
-  std::copy(g, g + LaunchConfig::kSteps, c.blocks);
-  c.max_blocks = std::max(1, std::min({128, d.sm_count, kMaxBlocks}));
-  c.name = "sm90";
-  return c;
+  return make_launch_config("sm90", 512, {{16 << 10, 2}, {64 << 10, 8}, {1 << 20, 32}}, 128, d);
 }
 
 }  // namespace purlin::atom::cuda

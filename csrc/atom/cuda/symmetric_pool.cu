@@ -8,27 +8,11 @@
 #include <cuda_runtime.h>
 
 #include "atom/cuda/cuda_check.h"
+#include "common/hex.h"
 
 namespace purlin::atom::cuda {
 
 namespace {
-
-std::string to_hex(const void* data, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char c = static_cast<const unsigned char*>(data)[i];
-    s.push_back(d[c >> 4]);
-    s.push_back(d[c & 15]);
-  }
-  return s;
-}
-
-std::string from_hex(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i + 1 < s.size(); i += 2) out.push_back(static_cast<char>(std::stoi(s.substr(i, 2), nullptr, 16)));
-  return out;
-}
 
 // The first answer that does not start with `ok`, as "rank r: text".
 std::string first_failure(const std::vector<std::string>& all, char ok) {

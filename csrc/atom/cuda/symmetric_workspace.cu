@@ -19,28 +19,11 @@
 #include <cuda_runtime.h>
 
 #include "atom/cuda/cuda_check.h"
+#include "common/hex.h"
 
 namespace purlin::atom::cuda {
 
 namespace {
-
-std::string hex(const void* data, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  s.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char c = static_cast<const unsigned char*>(data)[i];
-    s.push_back(digits[c >> 4]);
-    s.push_back(digits[c & 15]);
-  }
-  return s;
-}
-
-std::string unhex(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i + 1 < s.size(); i += 2) out.push_back(static_cast<char>(std::stoi(s.substr(i, 2), nullptr, 16)));
-  return out;
-}
 
 // A probe: fields separated by '\n'; free text is hex-encoded.
 struct Probe {
@@ -51,8 +34,8 @@ struct Probe {
   std::string encode() const {
     std::ostringstream os;
     // 'x' keeps hex fields non-empty for operator>>.
-    os << 'x' << hex(host.data(), host.size()) << '\n' << bus << '\n' << major << '\n' << minor << '\n' << sms
-       << '\n' << blocks << '\n' << ws << '\n' << 'x' << hex(error.data(), error.size());
+    os << 'x' << to_hex(host.data(), host.size()) << '\n' << bus << '\n' << major << '\n' << minor << '\n' << sms
+       << '\n' << blocks << '\n' << ws << '\n' << 'x' << to_hex(error.data(), error.size());
     return os.str();
   }
   static Probe decode(const std::string& s) {
@@ -61,8 +44,8 @@ struct Probe {
     std::string host, err;
     is >> host >> p.bus >> p.major >> p.minor >> p.sms >> p.blocks >> p.ws;
     if (!(is >> err)) err = "x";
-    p.host = unhex(host.substr(1));
-    p.error = unhex(err.substr(1));
+    p.host = from_hex(host.substr(1));
+    p.error = from_hex(err.substr(1));
     return p;
   }
 };
@@ -88,13 +71,13 @@ std::string check_probes(const std::vector<Probe>& all) {
 std::string first_error(const std::vector<std::string>& all, char ok_tag) {
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r].empty() || all[r][0] != ok_tag) {
-      const std::string msg = all[r].empty() ? std::string("no answer") : unhex(all[r].substr(1));
+      const std::string msg = all[r].empty() ? std::string("no answer") : from_hex(all[r].substr(1));
       return rank_str(static_cast<int>(r)) + ": " + msg;
     }
   return "";
 }
 
-std::string error_tag(const std::string& msg) { return "E" + hex(msg.data(), msg.size()); }
+std::string error_tag(const std::string& msg) { return "E" + to_hex(msg.data(), msg.size()); }
 
 }  // namespace
 
@@ -190,7 +173,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
       local = ex.what();
     }
   }
-  const std::vector<std::string> handles = exchange("handle", local.empty() ? "H" + hex(&handle, sizeof handle) : error_tag(local));
+  const std::vector<std::string> handles = exchange("handle", local.empty() ? "H" + to_hex(&handle, sizeof handle) : error_tag(local));
   *why = first_error(handles, 'H');
   if (!why->empty()) {
     ws->release();
@@ -206,7 +189,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
       continue;
     }
     cudaIpcMemHandle_t h;
-    const std::string raw = unhex(handles[r].substr(1));
+    const std::string raw = from_hex(handles[r].substr(1));
     std::memcpy(&h, raw.data(), std::min(raw.size(), sizeof h));
     void* p = nullptr;
     const cudaError_t oe = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);

@@ -1,0 +1,89 @@
+"""gpu_harness.py — the shape shared by the multi-GPU pytest files.
+
+One spawn of `world` processes runs a worker that executes every case in
+sequence and records one JSON line per (case, rank) through a Runner; the
+pytest functions then report the cases family by family, so a suite pays for
+process start-up and NCCL initialisation once.
+
+    suite = run_suite("collectives", _worker, world=2, timeout_s=240, tmp_dir=d)
+    check_family(suite, "all_reduce")       # in a parametrized test
+    check_exited_cleanly(suite)
+
+The worker is called as worker(rank, world, init_file, log_path).
+"""
+import json
+import os
+import time
+import traceback
+
+import torch.multiprocessing as mp
+
+
+class Runner:
+    """Runs one case after another in a worker; every outcome becomes a JSON line."""
+
+    def __init__(self, rank, out_path):
+        self.rank = rank
+        self.out = open(out_path, "w")
+        self.case = 0
+        self.family = "?"
+
+    def seed(self):
+        self.case += 1
+        return self.case
+
+    def check(self, name, fn, *args):
+        t0 = time.time()
+        try:
+            fn(*args)
+            err = None
+        except Exception:  # noqa: BLE001 — every failure is recorded, the suite goes on
+            err = traceback.format_exc(limit=4)
+        self.out.write(json.dumps({"family": self.family, "case": name, "rank": self.rank, "error": err,
+                                   "s": round(time.time() - t0, 4)}) + "\n")
+        self.out.flush()
+
+
+def run_suite(name, worker, world, timeout_s, tmp_dir):
+    """Spawns the workers, waits at most timeout_s, returns {rows, exitcodes, hung}.
+
+    Case logs go to $PURLIN_GPU_LOG_DIR (else tmp_dir) as <name>_rank<r>.jsonl.
+    """
+    logs = os.environ.get("PURLIN_GPU_LOG_DIR") or str(tmp_dir)
+    paths = [os.path.join(logs, f"{name}_rank{r}.jsonl") for r in range(world)]
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=worker, args=(r, world, os.path.join(str(tmp_dir), "init"), paths[r]))
+             for r in range(world)]
+    t0 = time.time()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(max(1.0, timeout_s - (time.time() - t0)))
+    hung = [i for i, p in enumerate(procs) if p.is_alive()]
+    for i in hung:
+        procs[i].kill()
+    rows = []
+    for path in paths:
+        if os.path.exists(path):
+            with open(path) as f:
+                rows += [json.loads(line) for line in f if line.strip()]
+    exitcodes = [p.exitcode for p in procs]
+    print(f"\n[purlin {name} suite] {len(rows)} case results in {time.time() - t0:.1f} s; exit codes {exitcodes}; "
+          f"hung ranks {hung}")
+    return {"rows": rows, "exitcodes": exitcodes, "hung": hung, "world": world}
+
+
+def check_family(suite, family):
+    """Every rank ran every case of the family, and none failed."""
+    rows = [r for r in suite["rows"] if r["family"] == family]
+    failed = [r for r in rows if r["error"]]
+    assert rows, f"no {family} case ran (exit codes {suite['exitcodes']}, hung ranks {suite['hung']})"
+    names = {r["case"] for r in rows}
+    per_rank = {r: sum(1 for x in rows if x["rank"] == r) for r in range(suite["world"])}
+    assert not failed, f"{len(failed)} of {len(rows)} {family} case results failed; first:\n" + "\n".join(
+        f"rank {f['rank']} {f['case']}:\n{f['error']}" for f in failed[:3])
+    assert all(v == len(names) for v in per_rank.values()), f"ranks ran different numbers of cases: {per_rank}"
+
+
+def check_exited_cleanly(suite):
+    assert not suite["hung"] and all(c == 0 for c in suite["exitcodes"]), suite["exitcodes"]

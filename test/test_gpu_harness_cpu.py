@@ -1,0 +1,54 @@
+"""The multi-GPU suites' harness (gpu_harness.py), run with CPU workers.
+
+The GPU files can only run on the device; this checks here that the harness
+collects every rank's case lines, reports a failing case with its rank and
+traceback, notices a rank that ran fewer cases, and flags a worker's exit code.
+"""
+import pytest
+
+from gpu_harness import Runner, check_exited_cleanly, check_family, run_suite
+
+
+def _fake_worker(rank, world, init_file, log_path):
+    R = Runner(rank, log_path)
+    R.family = "good"
+    R.check("adds", lambda: None)
+    R.check("also adds", lambda: None)
+    R.family = "bad"
+
+    def fails_on_rank_1():
+        assert rank != 1, "rank 1 computes something else"
+
+    R.check("differs", fails_on_rank_1)
+    R.family = "short"
+    for i in range(2 if rank == 0 else 1):
+        R.check(f"case {i}", lambda: None)
+    R.out.close()
+    raise SystemExit(3 if rank == 1 else 0)
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    return run_suite("fake", _fake_worker, 2, 60, tmp_path_factory.mktemp("harness"))
+
+
+def test_passing_family(suite):
+    check_family(suite, "good")
+
+
+def test_failing_case_names_rank_and_error(suite):
+    with pytest.raises(AssertionError, match=r"rank 1 differs:[\s\S]*rank 1 computes something else"):
+        check_family(suite, "bad")
+
+
+def test_missing_cases_are_noticed(suite):
+    with pytest.raises(AssertionError, match="ranks ran different numbers of cases"):
+        check_family(suite, "short")
+
+
+def test_missing_family_and_exit_codes(suite):
+    with pytest.raises(AssertionError, match="no absent case ran"):
+        check_family(suite, "absent")
+    with pytest.raises(AssertionError):
+        check_exited_cleanly(suite)
+    assert suite["exitcodes"] == [0, 3]
