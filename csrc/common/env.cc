@@ -24,7 +24,7 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_CE_BYTES", "0",
        "Pure-copy collectives (all_gather, broadcast, all_to_all, gather, scatter) whose Spec moves at least this "
        "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "
-       "2x H200 it is 0.6-0.8x the SM kernel (docs/PERFORMANCE.md), so it is worth it only to keep SMs for "
+       "2x H200 it is 0.6-0.9x the SM kernel (docs/PERFORMANCE.md), so it is worth it only to keep SMs for "
        "overlapped compute."},
       {"TORCH_PURLIN_CUDA_PUSH", "copies",
        "Which CUDA collectives stage by pushing each contribution into its readers' workspaces instead of their "
