@@ -41,6 +41,17 @@ class CopyCases:
                 dist.all_gather_into_tensor(out, slot)
                 assert_exact(out, full, f"{ctx} (into_tensor in-place)")
 
+                # Odd ranks in place, even ranks out of place: a valid call
+                # (NOTE [rank-invariant layout] in csrc/snac/planner.cc).
+                out = poisoned_like(full)
+                if rank % 2:
+                    src = out.narrow(0, rank * size, size)
+                    src.copy_(inputs[rank])
+                else:
+                    src = inputs[rank].clone()
+                dist.all_gather_into_tensor(out, src)
+                assert_exact(out, full, f"{ctx} (into_tensor, in place on odd ranks)")
+
                 if self.gloo_skip("all_gather_into_tensor stacked"):
                     continue
                 stacked = torch.stack(inputs)

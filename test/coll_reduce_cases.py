@@ -83,6 +83,11 @@ class ReduceCases:
                 out = buf.narrow(0, rank * size, size)
                 dist.reduce_scatter_tensor(out, buf, op=make_op(op))
                 assert_reduced(out, mine, op, "reduce_scatter_tensor in-place" + ctx)
+
+                buf = inp.clone()  # in place on odd ranks only (NOTE [rank-invariant layout])
+                out = buf.narrow(0, rank * size, size) if rank % 2 else poison.clone()
+                dist.reduce_scatter_tensor(out, buf, op=make_op(op))
+                assert_reduced(out, mine, op, "reduce_scatter_tensor in place on odd ranks" + ctx)
             self._reduce_scatter_coalesced(dtype, op)
 
     def _reduce_scatter_coalesced(self, dtype, op):

@@ -98,6 +98,26 @@ def test_push_plans(W):
                                         assert buf != 2 or rank == p["rank"], f"{spec.name}: push plan pulls {op}"
 
 
+@pytest.mark.parametrize("W", [2, 3, 4, 5, 8])
+def test_direct_local_is_each_ranks_choice(W):
+    """NOTE [rank-invariant layout]: ranks choosing direct_local differently (in-place on
+    one rank, out-of-place on another) still agree on every workspace offset."""
+    rng = random.Random(300 + W)
+    for n in (1, 5, 37):
+        for spec in builtin_specs(W, n, rng):
+            for slot, align in ((1 << 20, 1), (8 * W, 4)):
+                for two_shot in (False, True):
+                    for push in (False, True):
+                        direct = [rng.random() < 0.5 for _ in range(W)]
+                        plans = [torch_purlin.make_plan(spec, r, slot, align, two_shot=two_shot,
+                                                        direct_local=direct[r], push=push) for r in range(W)]
+                        check_signals_match(plans)
+                        want = expected_outputs(spec)
+                        got, _ = simulate(spec, plans, seed=n)
+                        for r in range(W):
+                            assert got[r] == want[r], f"{spec.name} W={W} direct={direct} push={push} rank {r}"
+
+
 @pytest.mark.parametrize("W", [2, 3, 5, 8])
 def test_small_workspace_pipelines_in_rounds(W):
     spec = specs.all_reduce(W, 100, RedOp.SUM)

@@ -41,7 +41,8 @@ bool is_reduction(const std::string& op) { return op.rfind("all_reduce", 0) == 0
 // request.h's classification, in the device lowering's terms.
 cu::IoAlias alias_of(const Request& rq) {
   static_assert(static_cast<int>(cu::IoAlias::Same) == static_cast<int>(IoAlias::Same) &&
-                static_cast<int>(cu::IoAlias::Overlap) == static_cast<int>(IoAlias::Overlap));
+                static_cast<int>(cu::IoAlias::Overlap) == static_cast<int>(IoAlias::Overlap) &&
+                static_cast<int>(cu::IoAlias::Shifted) == static_cast<int>(IoAlias::Shifted));
   return static_cast<cu::IoAlias>(io_alias(rq));
 }
 
@@ -293,13 +294,15 @@ const CudaEngine::CachedPlan& CudaEngine::plan_for(const Request& rq, const std:
   snac::PlanOptions opt;
   opt.align_elems = cu::kPartBytes / esize;
   opt.slot_elems = ws_->workspace_bytes() / 2 / esize / opt.align_elems * opt.align_elems;
-  opt.direct_local = alias == cu::IoAlias::Disjoint;
+  opt.direct_local = direct_local_reads(rq, rank_);  // NOTE [direct local reads]
   opt.read_peer_inputs = zero_copy;
+  int64_t shift = 0;
+  io_alias(rq, &shift);
   const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * esize;
   const bool two_shot = rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_;
   opt.reduce_algo = two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
   const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two_shot ? "/2" : "/1") +
-                          (zero_copy ? "/z" : "");
+                          (zero_copy ? "/z" : "") + "/s" + std::to_string(shift);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   if (plans_.size() >= kMaxPlans) {  // inline plans are host-only: safe to drop any time
@@ -317,7 +320,7 @@ const CudaEngine::CachedPlan& CudaEngine::plan_for(const Request& rq, const std:
   c->spec_bytes = spec_bytes;
   c->blocks = ws_->launch_config().blocks_for(spec_bytes);
   if (spec.kind == snac::OpKind::Copy && !zero_copy) c->snac_plan = plan;
-  c->plan = cu::lower_plan(plan, c->blocks, esize, alias);
+  c->plan = cu::lower_plan(plan, c->blocks, esize, alias, shift);
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^

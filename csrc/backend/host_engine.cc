@@ -96,17 +96,7 @@ void HostEngine::run(Request& rq) {
   const std::string why = check_agreement(all, rank_);
   if (!why.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + why);
 
-  // NOTE [direct local reads] A rank may read its own contributions straight
-  // from Input when Input and Output are disjoint, or when they are the same
-  // buffer of an elementwise-aligned collective (all_reduce, reduce,
-  // broadcast): there each output element is written by the op that reads
-  // the same input element, or later (two-shot phase 1), never earlier, and
-  // Atom reduce reads every source before storing (dst may alias a source).
-  const IoAlias alias = io_alias(rq);
-  const bool same = alias == IoAlias::Same && rq.in_numel == rq.out_numel;
-  const bool aligned = rq.op == CollOp::AllReduce || rq.op == CollOp::Reduce || rq.op == CollOp::Broadcast;
-  const bool direct_local = alias == IoAlias::Disjoint || (same && aligned);
-  const snac::Plan& plan = plan_for(rq, all, direct_local);
+  const snac::Plan& plan = plan_for(rq, all, direct_local_reads(rq, rank_));  // NOTE [direct local reads]
   std::vector<double> scales;
   if (rq.redop == RedOp::PremulSum)
     for (const auto& m : all) scales.push_back(m.scale);

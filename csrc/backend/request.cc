@@ -198,12 +198,47 @@ uint64_t spec_hash(const snac::Spec& s) {
   return h;
 }
 
-IoAlias io_alias(const Request& rq) {
+IoAlias io_alias(const Request& rq, int64_t* shift) {
   const size_t es = dtype_size(rq.dtype);
   const auto a = reinterpret_cast<uintptr_t>(rq.in), b = reinterpret_cast<uintptr_t>(rq.out);
   const uintptr_t an = static_cast<uintptr_t>(rq.in_numel) * es, bn = static_cast<uintptr_t>(rq.out_numel) * es;
+  if (shift) *shift = 0;
   if (!an || !bn || a + an <= b || b + bn <= a) return IoAlias::Disjoint;
-  return a == b ? IoAlias::Same : IoAlias::Overlap;
+  if (a == b) return IoAlias::Same;
+  const uintptr_t d = a > b ? a - b : b - a;
+  if (d % es != 0) return IoAlias::Overlap;
+  if (shift) *shift = (a > b ? 1 : -1) * static_cast<int64_t>(d / es);
+  return IoAlias::Shifted;
+}
+
+// NOTE [direct local reads] A rank may read its own contributions straight
+// from Input (instead of staging them) when no op of its plan can overwrite
+// them before they are read:
+//  - Input and Output are disjoint;
+//  - the same buffer, for the elementwise-aligned collectives (all_reduce,
+//    reduce, broadcast): each output element is written by the op that reads
+//    the same input element, or later (two-shot phase 1), never earlier, and
+//    Atom reduce reads every source before storing (dst may alias a source);
+//  - c10d's in-place all_gather (Input is block `rank` of Output: the copy of
+//    the own block is a no-op, every other write misses Input) and in-place
+//    reduce_scatter (Output is block `rank` of Input: the reduction of that
+//    block reads it before storing over it; other blocks are read only by the
+//    staging of this rank's contributions, which no write precedes).
+// Any other overlap stages everything.
+bool direct_local_reads(const Request& rq, int rank) {
+  int64_t shift = 0;
+  switch (io_alias(rq, &shift)) {
+    case IoAlias::Disjoint: return true;
+    case IoAlias::Same:
+      return rq.in_numel == rq.out_numel &&
+             (rq.op == CollOp::AllReduce || rq.op == CollOp::Reduce || rq.op == CollOp::Broadcast);
+    case IoAlias::Shifted:
+      if (rq.op == CollOp::AllGather) return shift == static_cast<int64_t>(rank) * rq.in_numel;
+      if (rq.op == CollOp::ReduceScatter) return shift == -static_cast<int64_t>(rank) * rq.out_numel;
+      return false;
+    case IoAlias::Overlap: return false;
+  }
+  return false;
 }
 
 std::string error_prefix(const char* op, int rank) {

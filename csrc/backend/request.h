@@ -75,8 +75,13 @@ enum class IoAlias : uint8_t {
   Disjoint = 0,  // separate memory (or one of them empty)
   Same = 1,      // same start address
   Overlap = 2,   // overlapping otherwise
+  Shifted = 3,   // overlapping, Input = Output + shift whole elements (shift != 0)
 };
-IoAlias io_alias(const Request& rq);
+IoAlias io_alias(const Request& rq, int64_t* shift = nullptr);
+
+// NOTE [direct local reads] in request.cc: whether rank `rank` may read its
+// own contributions straight from Input (PlanOptions::direct_local).
+bool direct_local_reads(const Request& rq, int rank);
 
 // "purlin <op> on rank <r>: " — how every engine error message starts.
 std::string error_prefix(const char* op, int rank);

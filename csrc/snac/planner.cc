@@ -26,6 +26,7 @@ struct Piece {
   std::vector<int64_t> staged;   // per source index: workspace offset, or -1 if not staged
   int64_t scratch = -1;          // two-shot: owner's workspace offset of the reduced slice
   std::vector<std::vector<int64_t>> pushed = {};  // push: [source index][reader] offset in the reader's workspace, or -1
+  std::vector<bool> copied = {};  // per source index: the source writes its staged copy (else only reserved)
 };
 
 struct Round {
@@ -77,29 +78,35 @@ class Planner {
       const Chunk& ch = spec_.chunks[p.chunk];
       const std::vector<int> cons = consumers(p);
       for (const auto& src : ch.sources) {
-        bool staged = false;
+        bool peers_read_staged = false, own_reader = false;
         std::vector<int64_t> pushed(opt_.push ? W_ : 0, -1);
         for (int d : cons) {
           if (d != src.rank) {
             R.reads[0][d].insert(src.rank);
             if (opt_.read_peer_inputs) continue;
             if (!opt_.push) {
-              staged = true;
+              peers_read_staged = true;
               continue;
             }
             pushed[d] = align_up(cursor[d], opt_.align_elems);  // NOTE [push]: in the reader's slot
             cursor[d] = pushed[d] + (p.b - p.a);
-          } else if (!opt_.direct_local) {
-            staged = true;
+          } else {
+            own_reader = true;
           }
         }
         p.pushed.push_back(std::move(pushed));
+        // NOTE [rank-invariant layout] The place for a source's own reading is
+        // reserved whether or not that source reads its input directly
+        // (direct_local is each rank's own choice: in-place on one rank,
+        // out-of-place on another is a valid call), so every rank derives the
+        // same offsets for every workspace.
         int64_t off = -1;
-        if (staged) {
+        if (peers_read_staged || own_reader) {
           off = align_up(cursor[src.rank], opt_.align_elems);
           cursor[src.rank] = off + (p.b - p.a);
         }
         p.staged.push_back(off);
+        p.copied.push_back(peers_read_staged || (own_reader && !opt_.direct_local));
       }
     }
     for (Piece& p : R.pieces) {
@@ -165,11 +172,12 @@ class Planner {
   // Ref + region of source k of piece p as read by `reader`.
   void source_of(const Piece& p, size_t k, int reader, Ref* ref, Region* reg) const {
     const Placement& src = spec_.chunks[p.chunk].sources[k];
+    const bool own = src.rank == reader;
     if (opt_.push && p.pushed[k][reader] >= 0) {  // NOTE [push]: the source wrote it here
       *ref = Ref{Buf::Workspace, reader, 0};
       *reg = Region::contiguous(p.pushed[k][reader] - p.a, p.b);
-    } else if (p.staged[k] < 0) {  // own input (direct_local), or a peer's (read_peer_inputs)
-      *ref = Ref{Buf::Input, src.rank, 0};
+    } else if ((own && opt_.direct_local) || (!own && opt_.read_peer_inputs) || p.staged[k] < 0) {
+      *ref = Ref{Buf::Input, src.rank, 0};  // own input read directly, or a peer's (read_peer_inputs)
       *reg = src.region;
     } else {
       *ref = Ref{Buf::Workspace, src.rank, 0};
@@ -220,7 +228,7 @@ class Planner {
       const Chunk& ch = spec_.chunks[p.chunk];
       for (size_t k = 0; k < ch.sources.size(); ++k) {
         if (ch.sources[k].rank != r) continue;
-        if (p.staged[k] >= 0)
+        if (p.staged[k] >= 0 && p.copied[k])
           transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Workspace, r, 0}, Ref{Buf::Input, r, 0}},
                    {Region::contiguous(p.staged[k] - p.a, p.b), ch.sources[k].region}, "stage");
         for (int d = 0; opt_.push && d < W_; ++d)

@@ -372,16 +372,22 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
       }
     }
     std::copy(p.inputs[r].begin(), p.inputs[r].end(), in);
+    // The engine's classification (request.cc io_alias, NOTE [direct local
+    // reads]): c10d's in-place forms are Same or Shifted, all read directly.
     cu::IoAlias alias = cu::IoAlias::Disjoint;
-    if (cs.layout == Layout::InPlace && cs.kind != Kind::AllToAll) alias = in == out ? cu::IoAlias::Same : cu::IoAlias::Overlap;
+    int64_t shift = 0;
+    if (cs.layout == Layout::InPlace && cs.kind != Kind::AllToAll) {
+      alias = in == out ? cu::IoAlias::Same : cu::IoAlias::Shifted;
+      shift = in - out;
+    }
     snac::PlanOptions opt;
     opt.align_elems = cu::kPartBytes / kEsize;
     opt.slot_elems = g.slot_elems;
-    opt.direct_local = alias == cu::IoAlias::Disjoint;
+    opt.direct_local = true;
     opt.read_peer_inputs = cs.zero_copy && zero_copy_allowed(cs.kind, alias, cs.two_shot);
     opt.push = cs.push;
     opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
-    p.calls[r].plan = cu::lower_plan(snac::make_plan(spec, r, opt), cs.blocks, kEsize, alias);
+    p.calls[r].plan = cu::lower_plan(snac::make_plan(spec, r, opt), cs.blocks, kEsize, alias, shift);
     p.calls[r].blocks = cs.blocks;
     p.calls[r].zero_copy = opt.read_peer_inputs;
     p.cells[r].resize(p.mem[r].size());

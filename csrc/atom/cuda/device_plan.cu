@@ -22,23 +22,27 @@ struct Access {
 
 class Tracker {
  public:
-  Tracker(int rank, int blocks, int64_t esize, IoAlias alias) : rank_(rank), blocks_(blocks), esize_(esize), alias_(alias) {}
+  Tracker(int rank, int blocks, int64_t esize, IoAlias alias, int64_t shift)
+      : rank_(rank), blocks_(blocks), esize_(esize), alias_(alias), shift_(alias == IoAlias::Shifted ? shift : 0) {}
 
   // The access of one Copy/Reduce ref; false if it is not local memory.
   bool access(const snac::Ref& r, int64_t n, bool write, Access* a) const {
     int buf = 0;
+    int64_t at = r.offset;
+    const bool one_base = alias_ == IoAlias::Same || alias_ == IoAlias::Shifted;  // comparable offsets
     switch (r.buf) {
       case snac::Buf::Input:
         if (r.rank != rank_) return false;  // a peer's input (zero-copy plans): not this rank's memory
-        buf = 0;
+        buf = one_base ? 1 : 0;
+        at += shift_;                        // in Output's coordinates (0 unless Shifted)
         break;
-      case snac::Buf::Output: buf = alias_ == IoAlias::Same ? 0 : 1; break;  // Same: one base, comparable offsets
+      case snac::Buf::Output: buf = 1; break;
       case snac::Buf::Workspace:
         if (r.rank != rank_) return false;
         buf = 2;
         break;
     }
-    *a = Access{buf, r.offset, r.offset + n, part_size(n, blocks_, esize_), write};
+    *a = Access{buf, at, at + n, part_size(n, blocks_, esize_), write};
     return n > 0;
   }
 
@@ -66,6 +70,7 @@ class Tracker {
   int rank_, blocks_;
   int64_t esize_;
   IoAlias alias_;
+  int64_t shift_;
   std::vector<Access> history_;
 };
 
@@ -81,7 +86,7 @@ constexpr size_t kMaxHistory = 4096;  // beyond this a barrier is cheaper than t
 
 }  // namespace
 
-DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias) {
+DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift) {
   if (blocks < 1 || blocks > kMaxBlocks) throw std::invalid_argument("purlin: bad block count for a CUDA plan");
   if (esize <= 0 || kPartBytes % esize != 0) throw std::invalid_argument("purlin: bad element size for a CUDA plan");
   if (plan.world > kMaxWorld)
@@ -89,7 +94,7 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
   DevicePlan out;
   out.rounds = plan.rounds;
   out.steps = plan.steps;
-  Tracker tr(plan.rank, blocks, esize, alias);
+  Tracker tr(plan.rank, blocks, esize, alias, shift);
   std::vector<Access> mine;
   std::vector<bool> tag_checked(static_cast<size_t>(plan.world), false);
   for (const snac::Op& op : plan.ops) {

@@ -70,6 +70,7 @@ enum class IoAlias : uint8_t {
   Disjoint = 0,  // separate memory
   Same = 1,      // same start address: offsets are comparable
   Overlap = 2,   // overlapping otherwise: every Input/Output pair may conflict
+  Shifted = 3,   // Input = Output + shift elements: offsets are comparable after the shift
 };
 
 struct DevicePlan {
@@ -83,7 +84,8 @@ struct DevicePlan {
 
 // Lowers rank plan.rank's plan for a launch of `blocks` blocks on elements of
 // `esize` bytes; throws std::invalid_argument beyond kMaxBlocks / kMaxWorld.
-DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias);
+// `shift` (IoAlias::Shifted only): Input element i is Output element i + shift.
+DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift = 0);
 
 // A small process-wide table of static strings (collective names, SNAC
 // phases) so kernels can name them in error records by number.
