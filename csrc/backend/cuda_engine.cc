@@ -319,7 +319,13 @@ const CudaEngine::CachedPlan& CudaEngine::plan_for(const Request& rq, const std:
   auto c = std::make_unique<CachedPlan>();
   c->spec_bytes = spec_bytes;
   c->blocks = ws_->launch_config().blocks_for(spec_bytes);
-  if (spec.kind == snac::OpKind::Copy && !zero_copy) c->snac_plan = plan;
+  if (spec.kind == snac::OpKind::Copy && !zero_copy) {
+    // The copy-engine Atom runs pull plans only (NOTE [stream memop ordering]:
+    // its waits do not flush remote data writes, and pull plans make none).
+    snac::PlanOptions pull = opt;
+    pull.push = false;
+    c->snac_plan = opt.push ? snac::make_plan(spec, rank_, pull) : plan;
+  }
   c->plan = cu::lower_plan(plan, c->blocks, esize, alias, shift);
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).

@@ -11,11 +11,12 @@
 //                  an event is recorded; Work.wait() makes the then-current
 //                  stream wait for it. The Work holds the outputs, and every
 //                  tensor of the op is recordStream'd on the internal stream.
-// Argument checks are LOCAL: a GPU collective has no host arrival handshake
-// (NOTE [device reuse], atom/cuda/plan_kernel.cuh), so a rank whose peers
-// passed other sizes is not told; it fails as a bounded device timeout.
-// Only all_to_all exchanges split sizes through the Store (its plan needs
-// every rank's splits), and checks them like the CPU path does.
+// Host argument checks are local: a GPU collective has no host arrival
+// handshake (NOTE [device reuse], atom/cuda/plan_kernel.cuh). Cross-rank
+// mismatches are caught on the GPU before any peer data is read (NOTE [call
+// tags]) and raised at the rank's next call. Only all_to_all exchanges split
+// sizes through the Store (its plan needs every rank's splits), and checks
+// them like the CPU path does.
 // Every native op is CUDA-graph capturable once the group ran one CUDA
 // collective outside capture (that first one sets up the workspace).
 //

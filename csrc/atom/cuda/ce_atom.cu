@@ -36,6 +36,8 @@ std::string check_call(const CeCall& c, int rank, int world, int64_t ws_bytes) {
   for (const snac::Op& op : p.ops) {
     if (op.code == snac::OpCode::Reduce) return "the plan reduces; copy engines only copy";
     if (op.code == snac::OpCode::Copy) {
+      if (op.dst.buf == snac::Buf::Workspace && op.dst.rank != rank)
+        return "a push plan (writes into a peer's workspace); this Atom's waits do not flush remote data writes";
       bool ok = op.src_count == 1 && ref_ok(op.dst, op.n);
       for (int k = 0; ok && k < op.src_count; ++k) ok = ref_ok(p.srcs[op.src_begin + k], op.n);
       if (!ok) return "the plan reads or writes outside this rank's buffers and the workspaces";

@@ -23,9 +23,10 @@
 //                  released. CU_STREAM_WAIT_VALUE_FLUSH is NOT used: it only
 //                  orders *remote writes landing in this GPU's memory* among
 //                  themselves, and the copy-engine Atom's peers never write
-//                  data into this GPU — SNAC plans pull (they write only their
-//                  own workspace and output; the only remote writes are the
-//                  flags themselves). It is also absent on most platforms
+//                  data into this GPU — it runs pull plans only (they write
+//                  only their own workspace and output; the only remote
+//                  writes are the flags themselves; ce_atom.cu's check_call
+//                  rejects push plans, NOTE [push]). It is also absent on most platforms
 //                  (CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES).
 #pragma once
 
