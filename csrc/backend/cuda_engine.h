@@ -46,7 +46,7 @@ struct LastLaunch {
   int threads = 0;
 };
 
-// One per PurlinBackend; creates the group's CudaEngine on first use.
+// One per PurlinBackend; creates the group's CudaGroup (cuda_group.h) on first use.
 class CudaPath {
  public:
   CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store);

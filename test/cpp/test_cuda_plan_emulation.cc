@@ -324,7 +324,7 @@ std::string name_of(const Case& c) {
          " blocks=" + std::to_string(c.blocks);
 }
 
-// The engine's rule (cuda_engine.cc, NOTE [zero-copy in place]).
+// The engine's rule (cuda_group.cc, NOTE [zero-copy in place]).
 bool zero_copy_allowed(Kind k, cu::IoAlias alias, bool two_shot) {
   if (alias == cu::IoAlias::Disjoint) return true;
   return alias == cu::IoAlias::Same && ((k == Kind::AllReduce && two_shot) || k == Kind::Broadcast);

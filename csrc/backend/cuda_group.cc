@@ -1,0 +1,364 @@
+// cuda_group.cc — CudaGroup (cuda_group.h): setup, plan cache, launches.
+#ifdef PURLIN_WITH_CUDA
+
+#include "backend/cuda_group.h"
+
+#include <atomic>
+#include <cstdio>
+#include <sstream>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "atom/cuda/cuda_check.h"
+#include "common/env.h"
+
+namespace purlin::backend {
+
+namespace {
+
+constexpr size_t kMaxPlans = 1024;
+
+// request.h's classification, in the device lowering's terms.
+cu::IoAlias alias_of(const Request& rq) {
+  static_assert(static_cast<int>(cu::IoAlias::Same) == static_cast<int>(IoAlias::Same) &&
+                static_cast<int>(cu::IoAlias::Overlap) == static_cast<int>(IoAlias::Overlap) &&
+                static_cast<int>(cu::IoAlias::Shifted) == static_cast<int>(IoAlias::Shifted));
+  return static_cast<cu::IoAlias>(io_alias(rq));
+}
+
+const char* kind_name(int kind) {
+  switch (kind) {
+    case cu::kDone: return "Done";
+    case cu::kStaged: return "Staged";
+    case cu::kConsumed: return "Consumed";
+    case cu::kCallTag: return "call tag";
+    default: return "local-barrier";
+  }
+}
+
+// The RuntimeError text of a device timeout.
+std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout) {
+  if (e.block == cu::kCopyEngineBlock) return cu::describe_copy_engine_timeout(e, timeout.count());
+  std::ostringstream os;
+  os << "purlin " << cu::interned_name(e.op_name) << " on rank " << e.rank << ": ";
+  if (e.kind == cu::kCallTag) {
+    os << "rank " << e.peer << " called this collective with other arguments than this rank (element count, "
+       << "dtype, reduce op, root, split sizes, or its input is not at the same place of the symmetric pool; "
+       << "NOTE [call tags]); nothing of rank " << e.peer << "'s data was read. The group is unusable: destroy it "
+       << "and create a new one.";
+    return os.str();
+  }
+  os << "timed out after " << timeout.count() << " ms ";
+  if (e.kind == cu::kLocal)
+    os << "waiting for block " << e.from_block << " of this rank (block " << e.block << " at a local barrier)";
+  else
+    os << "waiting for rank " << e.peer << " (block " << e.block << " waited for the " << kind_name(e.kind)
+       << " flag of its block " << e.from_block << " to reach step " << e.expected << ", saw " << e.seen << ")";
+  os << "; phase '" << cu::interned_name(e.phase) << "'. The group is unusable: destroy it and create a new one.";
+  return os.str();
+}
+
+}  // namespace
+
+std::string CudaGroup::read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout) {
+  const cu::ErrorRecord* e = ws.error_host();
+  if (e->status == 0) return "";
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return describe(*e, timeout);
+}
+
+CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+                       int device)
+    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)) {
+  c10::cuda::CUDAGuard guard(device_);
+  two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
+  push_mode_ = env::get("TORCH_PURLIN_CUDA_PUSH");
+  if (push_mode_ != "copies" && push_mode_ != "all" && push_mode_ != "none")
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: expected copies, all or none, got '" + push_mode_ + "'");
+  debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
+  cu::SymmetricWorkspace::Options opt;
+  opt.rank = rank_;
+  opt.world = world_;
+  opt.device = device_;
+  opt.workspace_bytes = env::get_bytes("TORCH_PURLIN_CUDA_WORKSPACE_BYTES");
+  try {
+    opt.blocks = std::stoi(env::get("TORCH_PURLIN_CUDA_BLOCKS"));
+  } catch (const std::exception&) {
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_BLOCKS: not a number: '" + env::get("TORCH_PURLIN_CUDA_BLOCKS") + "'");
+  }
+  auto st = store_;
+  const int me = rank_, W = world_;
+  exchange_ = [st, me, W](const std::string& tag, const std::string& mine) {
+    const std::string key = "purlin/cuda/setup/" + tag + "/";
+    st->set(key + std::to_string(me), std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<std::string> all(W);
+    for (int r = 0; r < W; ++r) {
+      const std::vector<uint8_t> v = r == me ? std::vector<uint8_t>(mine.begin(), mine.end()) : st->get(key + std::to_string(r));
+      all[r].assign(v.begin(), v.end());
+    }
+    return all;
+  };
+  std::unique_ptr<cu::SymmetricWorkspace> ws = cu::SymmetricWorkspace::create(opt, exchange_, &unavailable_);
+  if (!ws) {
+    if (env::get_bool("TORCH_PURLIN_LOG"))
+      std::fprintf(stderr, "[purlin] rank %d: CUDA datapath unavailable, CUDA tensors use NCCL: %s (logged once)\n",
+                   rank_, unavailable_.c_str());
+    return;
+  }
+  ws_ = std::move(ws);
+  internal_.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_));
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_);
+  store_plans_ = std::make_unique<cu::PlanStore>(
+      device_,
+      [side](size_t n) { return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(n, side.stream()); },
+      [](void* p) { c10::cuda::CUDACachingAllocator::raw_delete(p); });
+  cu::check(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming), "cudaEventCreate");
+  // The copy-engine Atom: used only if every rank can (the choice per
+  // collective must be the same on all ranks).
+  // The group uses the largest threshold any rank asks for; 0 anywhere: off.
+  ce_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
+  auto ce = std::make_unique<cu::CopyEngineAtom>(ws_);
+  const int64_t mine = ce->unavailable().empty() ? ce_bytes_ : 0;
+  bool all_ce = true;
+  for (const std::string& a : exchange_("copy-engine", std::to_string(mine))) {
+    const int64_t v = std::stoll(a);
+    all_ce &= v > 0;
+    ce_bytes_ = std::max(ce_bytes_, v);
+  }
+  if (all_ce) ce_ = std::move(ce);
+  else if (debug_ && mine > 0)
+    std::fprintf(stderr, "[purlin] rank %d: copy-engine Atom unavailable here or on a peer: %s\n", rank_,
+                 ce->unavailable().empty() ? "(a peer)" : ce->unavailable().c_str());
+  if (debug_)
+    std::fprintf(stderr, "[purlin] rank %d: CUDA workspace %lld bytes, up to %d blocks x %d threads (%s)\n", rank_,
+                 static_cast<long long>(ws_->workspace_bytes()), ws_->launch_config().max_blocks, ws_->threads(),
+                 ws_->config_name());
+}
+
+// Waits (bounded by the group timeout) for this group's last kernel, so the
+// plans and buffers freed next are no longer read; best effort at exit.
+CudaGroup::~CudaGroup() {
+  if (!ws_) return;
+  c10::cuda::CUDAGuard guard(device_);
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (have_last_ && cudaStreamIsCapturing(last_stream_, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone)
+    cudaStreamSynchronize(last_stream_);
+  if (order_event_) cudaEventDestroy(order_event_);
+  cudaGetLastError();
+}
+
+std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
+  const std::vector<std::byte> blob = encode_meta(rq, world_);
+  const PeerMeta mine = decode_meta(blob.data(), world_);
+  if (rq.op != CollOp::AllToAll) return std::vector<PeerMeta>(world_, mine);
+  // all_to_all: the plan needs every rank's splits; exchange them once per call.
+  const uint64_t n = ++a2a_seq_;
+  const std::string key = "purlin/cuda/a2a/" + std::to_string(n) + "/";
+  store_->set(key + std::to_string(rank_), std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(blob.data()),
+                                                                 reinterpret_cast<const uint8_t*>(blob.data()) + blob.size()));
+  std::vector<PeerMeta> all;
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) {
+      all.push_back(mine);
+      continue;
+    }
+    std::vector<uint8_t> v = store_->get(key + std::to_string(r));
+    v.resize(std::max(v.size(), blob.size()));
+    all.push_back(decode_meta(reinterpret_cast<const std::byte*>(v.data()), world_));
+  }
+  // Every peer has now read this rank's previous key (it set key n after that).
+  if (n > 1 && can_delete_keys_) {
+    try {
+      store_->deleteKey("purlin/cuda/a2a/" + std::to_string(n - 1) + "/" + std::to_string(rank_));
+    } catch (const std::exception&) {
+      can_delete_keys_ = false;  // e.g. FileStore: keys stay, a few bytes per call
+    }
+  }
+  const std::string why = check_agreement(all, rank_);
+  if (!why.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + why);
+  return all;
+}
+
+// NOTE [zero-copy in place] Reading peers' inputs in place is safe when no
+// rank overwrites an input a peer may still read: always when Input and
+// Output are disjoint; for in-place broadcast (only the root's buffer is
+// read, and nobody writes it); and for in-place two-shot all_reduce: rank d
+// writes slice o of its output only after owner o's phase-1 Staged, i.e.
+// after o finished reading slice o of every input, and o is the only reader
+// of that slice. One-shot in place would overwrite an input every peer reads,
+// so it stages. (test/cpp/test_cuda_plan_emulation.cc fails if this rule
+// admits one-shot in place.)
+bool CudaGroup::zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>& all) const {
+  const cu::IoAlias alias = alias_of(rq);
+  if (alias == cu::IoAlias::Disjoint) return true;
+  if (alias != cu::IoAlias::Same) return false;
+  if (rq.op == CollOp::Broadcast) return true;
+  const int64_t bytes = all[0].in_numel * static_cast<int64_t>(dtype_size(rq.dtype));
+  return rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_;
+}
+
+const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::vector<PeerMeta>& all,
+                                                   bool zero_copy) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
+  const cu::IoAlias alias = alias_of(rq);
+  snac::PlanOptions opt;
+  opt.align_elems = cu::kPartBytes / esize;
+  opt.slot_elems = ws_->workspace_bytes() / 2 / esize / opt.align_elems * opt.align_elems;
+  opt.direct_local = direct_local_reads(rq, rank_);  // NOTE [direct local reads]
+  opt.read_peer_inputs = zero_copy;
+  int64_t shift = 0;
+  io_alias(rq, &shift);
+  const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * esize;
+  const bool two_shot = rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_;
+  opt.reduce_algo = two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
+  const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two_shot ? "/2" : "/1") +
+                          (zero_copy ? "/z" : "") + "/s" + std::to_string(shift);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  if (plans_.size() >= kMaxPlans) {  // inline plans are host-only: safe to drop any time
+    for (auto i = plans_.begin(); i != plans_.end();) i = i->second->inl ? plans_.erase(i) : std::next(i);
+  }
+  const snac::Spec spec = build_spec(rq, all);
+  int64_t spec_bytes = 0;  // rank-invariant: every rank picks the same blocks and staging
+  for (const auto& ch : spec.chunks) spec_bytes += ch.numel() * esize;
+  // NOTE [push]: measured on 2x H200 (benchmarks/results/cuda_h200x2_20261130b_push.md),
+  // pushing is 3-9% faster for copies at every size; for reductions it is
+  // mixed (one-shot small slower, reduce_scatter >= 256 MB slower).
+  opt.push = !zero_copy && (push_mode_ == "all" || (push_mode_ == "copies" && spec.kind == snac::OpKind::Copy));
+  const snac::Plan plan = snac::make_plan(spec, rank_, opt);
+  auto c = std::make_unique<CachedPlan>();
+  c->spec_bytes = spec_bytes;
+  c->blocks = ws_->launch_config().blocks_for(spec_bytes);
+  if (spec.kind == snac::OpKind::Copy && !zero_copy) {
+    // The copy-engine Atom runs pull plans only (NOTE [stream memop ordering]:
+    // its waits do not flush remote data writes, and pull plans make none).
+    snac::PlanOptions pull = opt;
+    pull.push = false;
+    c->snac_plan = opt.push ? snac::make_plan(spec, rank_, pull) : plan;
+  }
+  c->plan = cu::lower_plan(plan, c->blocks, esize, alias, shift);
+  c->reduces = spec.kind == snac::OpKind::Reduce;
+  // The options every rank must share are part of the signature (NOTE [call tags]).
+  c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
+           (two_shot ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0);
+  c->protocol = std::string(c->reduces ? (two_shot ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
+                (opt.push ? "+push" : "");
+  if (cu::fits_inline(c->plan)) {
+    c->inl = std::make_unique<cu::InlinePlan>();
+    cu::to_inline(c->plan, c->inl.get());
+  } else {
+    c->dev = store_plans_->upload(c->plan);
+  }
+  if (debug_)
+    std::fprintf(stderr, "[purlin] rank %d: new CUDA plan for %s (%s, %d blocks, %zu device ops, %u local barriers, %s): %s",
+                 rank_, spec.name.c_str(), c->protocol.c_str(), c->blocks, c->plan.ops.size(), c->plan.local_syncs,
+                 c->inl ? "inline" : "device", plan.describe().c_str());
+  return *plans_.emplace(key, std::move(c)).first->second;
+}
+
+// NOTE [stream order] Kernels of one group must not overlap on a rank (they
+// share the workspace and epochs). Launches on one stream are ordered by it;
+// when a launch goes to another stream than the previous one (current vs
+// internal stream, or the user switched streams), the new stream first waits
+// for everything queued so far on the old one. Not across graph capture
+// boundaries: inside a captured graph the capture's own order applies.
+void CudaGroup::order_after_last(cudaStream_t s) {
+  if (have_last_ && last_stream_ != s) {
+    cudaStreamCaptureStatus a = cudaStreamCaptureStatusNone, b = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(last_stream_, &a);
+    cudaStreamIsCapturing(s, &b);
+    if (a == cudaStreamCaptureStatusNone && b == cudaStreamCaptureStatusNone) {
+      cu::check(cudaEventRecord(order_event_, last_stream_), "cudaEventRecord");
+      cu::check(cudaStreamWaitEvent(s, order_event_, 0), "cudaStreamWaitEvent");
+    }
+    cudaGetLastError();
+  }
+  last_stream_ = s;
+  have_last_ = true;
+}
+
+void CudaGroup::launch(Request& rq, cudaStream_t stream) {
+  if (!broken_.empty())
+    throw std::runtime_error(error_prefix(rq.name, rank_) + "the group is unusable after an earlier failure: " + broken_);
+  const std::string err = read_error(*ws_, timeout_);
+  if (!err.empty()) {
+    broken_ = err;
+    throw std::runtime_error(err);
+  }
+  if (!rq.error.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + rq.error);
+  const std::vector<PeerMeta> all = peer_meta(rq);
+  // NOTE [zero-copy]: an input in the symmetric pool is read in place by the
+  // peers (who must pass theirs at the same offset: NOTE [call tags]).
+  int64_t pool_offset = -1;
+  if (pool_ && zero_copy_allowed(rq, all))
+    pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype))));
+  const CachedPlan& c = plan_for(rq, all, pool_offset >= 0);
+  if (c.plan.rounds == 0) return;  // nothing moves on any rank
+  c10::cuda::CUDAGuard guard(device_);
+  order_after_last(stream);
+  // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
+  // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).
+  if (ce_ && !c.reduces && pool_offset < 0 && c.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
+    cu::CeCall call;
+    call.plan = &c.snac_plan;
+    call.input = rq.in;
+    call.output = rq.out;
+    call.dtype = rq.dtype;
+    call.op_name = rq.name;
+    call.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
+    call.stream = stream;
+    last_ = LastLaunch{"copy-engine", 0, 0};
+    const std::string err = ce_->enqueue(call);
+    if (!err.empty()) {
+      broken_ = err;
+      throw std::runtime_error(error_prefix(rq.name, rank_) + err);
+    }
+    return;
+  }
+  cu::PlanLaunch l;
+  l.ops = c.dev.ops;
+  l.srcs = c.dev.srcs;
+  l.inline_plan = c.inl.get();
+  l.n_ops = static_cast<int>(c.plan.ops.size());
+  l.steps = c.plan.steps;
+  l.local_syncs = c.plan.local_syncs;
+  l.reduces = c.reduces;
+  l.input = rq.in;
+  l.output = rq.out;
+  l.self = ws_->self();
+  l.layout = ws_->layout();
+  l.err = ws_->error_device();
+  l.rank = rank_;
+  l.dtype = rq.dtype;
+  l.redop = rq.redop;
+  l.scale = rq.scale;
+  l.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
+  l.op_name = cu::intern_name(rq.name);
+  l.threads = ws_->threads();
+  l.blocks = c.blocks;
+  l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0);
+  l.input_pool_offset = pool_offset;
+  last_ = LastLaunch{c.protocol, c.blocks, l.threads};
+  const cudaError_t e = cu::launch_plan(l, stream);
+  if (e != cudaSuccess) throw std::runtime_error(error_prefix(rq.name, rank_) + cu::cuda_error_text(e, "launching the plan kernel"));
+}
+
+std::shared_ptr<cu::SymmetricPool> CudaGroup::pool() {
+  if (pool_) return pool_;
+  if (!pool_error_.empty()) throw std::runtime_error(pool_error_);
+  c10::cuda::CUDAGuard guard(device_);
+  std::string why;
+  uint64_t* table = static_cast<uint64_t*>(ws_->self()) + ws_->layout().pool_table(0);
+  pool_ = cu::SymmetricPool::create(rank_, world_, device_, env::get_bytes("TORCH_PURLIN_CUDA_POOL_BYTES"), table,
+                                    exchange_, &why);
+  if (!pool_) {
+    pool_error_ = "purlin: the symmetric pool is unavailable: " + why;
+    throw std::runtime_error(pool_error_);
+  }
+  return pool_;
+}
+
+}  // namespace purlin::backend
+
+#endif  // PURLIN_WITH_CUDA

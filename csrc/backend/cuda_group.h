@@ -1,0 +1,103 @@
+// cuda_group.h — CudaGroup: one process group's CUDA state on one rank: the
+// symmetric workspace, the symmetric pool, the plan cache, the copy-engine
+// Atom, and the launches (internal to the CUDA glue; the backend sees only
+// cuda_engine.h's CudaPath).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "atom/cuda/ce_atom.h"
+#include "atom/cuda/device_plan.h"
+#include "atom/cuda/plan_kernel.h"
+#include "atom/cuda/plan_store.h"
+#include "atom/cuda/symmetric_pool.h"
+#include "atom/cuda/symmetric_workspace.h"
+#include "backend/cuda_engine.h"
+#include "backend/request.h"
+#include "snac/plan.h"
+
+namespace purlin::backend {
+
+namespace cu = purlin::atom::cuda;
+
+class CudaGroup {
+ public:
+  CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+             int device);
+  ~CudaGroup();
+
+  const std::string& unavailable() const { return unavailable_; }
+  int device() const { return device_; }
+  c10::cuda::CUDAStream internal_stream() const { return *internal_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+  // Queues rq on `stream`; throws std::runtime_error / std::invalid_argument.
+  void launch(Request& rq, cudaStream_t stream);
+
+  // The group's symmetric pool, created by the first call (collective).
+  std::shared_ptr<cu::SymmetricPool> pool();
+  const cu::SymmetricWorkspace::AllGather& exchange() const { return exchange_; }
+  const LastLaunch& last_launch() const { return last_; }
+
+  // "" or the recorded device timeout, for CudaWork.
+  std::function<std::string()> error_source() const {
+    auto ws = ws_;
+    auto timeout = timeout_;
+    return [ws, timeout]() { return ws ? read_error(*ws, timeout) : std::string(); };
+  }
+
+ private:
+  struct CachedPlan {
+    cu::DevicePlan plan;
+    std::unique_ptr<cu::InlinePlan> inl;  // when it fits
+    cu::DevicePlanRef dev;                // otherwise
+    bool reduces = false;
+    snac::Plan snac_plan;                 // for the copy-engine Atom (copy specs)
+    int64_t spec_bytes = 0;               // bytes the Spec moves: rank-invariant
+    int blocks = 1;                       // launch_config().blocks_for(spec_bytes)
+    uint64_t sig = 0;                     // NOTE [call tags]: Spec + dtype + zero-copy
+    std::string protocol;                 // for last_launch()
+  };
+
+  // "" or the RuntimeError text of the device error recorded in ws.
+  static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout);
+  std::vector<PeerMeta> peer_meta(const Request& rq);
+  const CachedPlan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool zero_copy);
+  void order_after_last(cudaStream_t s);
+  bool zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>& all) const;
+
+  int rank_, world_, device_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string unavailable_;
+  std::shared_ptr<cu::SymmetricWorkspace> ws_;
+  std::optional<c10::cuda::CUDAStream> internal_;
+  std::unique_ptr<cu::PlanStore> store_plans_;
+  std::unordered_map<std::string, std::unique_ptr<CachedPlan>> plans_;
+  std::string broken_;
+  int64_t two_shot_bytes_ = 0;
+  std::string push_mode_;
+  bool debug_ = false;
+  uint64_t a2a_seq_ = 0;
+  bool can_delete_keys_ = true;
+  cudaStream_t last_stream_ = nullptr;
+  bool have_last_ = false;
+  cudaEvent_t order_event_ = nullptr;
+  cu::SymmetricWorkspace::AllGather exchange_;
+  std::shared_ptr<cu::SymmetricPool> pool_;
+  std::string pool_error_;
+  std::unique_ptr<cu::CopyEngineAtom> ce_;  // null unless every rank can use it
+  int64_t ce_bytes_ = 0;
+  LastLaunch last_;
+};
+
+}  // namespace purlin::backend
