@@ -15,8 +15,8 @@
 // handshake (NOTE [device reuse], atom/cuda/plan_kernel.cuh). Cross-rank
 // mismatches are caught on the GPU before any peer data is read (NOTE [call
 // tags]) and raised at the rank's next call. Only all_to_all exchanges split
-// sizes through the Store (its plan needs every rank's splits), and checks
-// them like the CPU path does.
+// sizes (its plan needs every rank's splits; a shared-memory handshake,
+// shm_group.h), and checks them like the CPU path does.
 // Every native op is CUDA-graph capturable once the group ran one CUDA
 // collective outside capture (that first one sets up the workspace).
 //

@@ -25,6 +25,10 @@
 #include "backend/request.h"
 #include "snac/plan.h"
 
+namespace purlin::atom {
+class CpuAtom;
+}
+
 namespace purlin::backend {
 
 namespace cu = purlin::atom::cuda;
@@ -38,7 +42,7 @@ class CudaGroup {
   const std::string& unavailable() const { return unavailable_; }
   int device() const { return device_; }
   c10::cuda::CUDAStream internal_stream() const { return *internal_; }
-  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  void set_timeout(std::chrono::milliseconds t);
 
   // Queues rq on `stream`; throws std::runtime_error / std::invalid_argument.
   void launch(Request& rq, cudaStream_t stream);
@@ -87,8 +91,8 @@ class CudaGroup {
   int64_t two_shot_bytes_ = 0;
   std::string push_mode_;
   bool debug_ = false;
+  std::unique_ptr<atom::CpuAtom> a2a_atom_;  // all_to_all split exchange (shm_group.h), on first use
   uint64_t a2a_seq_ = 0;
-  bool can_delete_keys_ = true;
   cudaStream_t last_stream_ = nullptr;
   bool have_last_ = false;
   cudaEvent_t order_event_ = nullptr;

@@ -2,10 +2,7 @@
 #include "backend/host_engine.h"
 
 #include <cstdio>
-#include <random>
-#include <sstream>
 #include <stdexcept>
-#include <unistd.h>
 
 #include "atom/cpu/cpu_atom.h"
 #include "common/env.h"
@@ -32,30 +29,11 @@ void HostEngine::set_timeout(std::chrono::milliseconds t) {
   if (atom_) atom_->set_timeout(t);
 }
 
-// Every rank creates its segment, all attach, then each unlinks its own name:
-// from then on nothing is left in /dev/shm, even if a process is killed.
 void HostEngine::ensure_atom() {
   if (atom_) return;
-  std::string token;
-  if (rank_ == 0) {
-    std::random_device rd;
-    std::ostringstream os;
-    os << "/purlin_" << getpid() << "_" << std::hex << rd() << rd();
-    token = os.str();
-    rdv_.set("purlin/cpu/token", token);
-  } else {
-    token = rdv_.get("purlin/cpu/token");
-  }
   const size_t ws = static_cast<size_t>(env::get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
   if (ws < 4096) throw std::invalid_argument("TORCH_PURLIN_CPU_WORKSPACE_BYTES must be at least 4K");
-  auto a = std::make_unique<atom::CpuAtom>(token, rank_, world_, ws, meta_blob_bytes(world_), timeout_);
-  rdv_.set("purlin/cpu/created/" + std::to_string(rank_), "1");
-  for (int r = 0; r < world_; ++r) rdv_.get("purlin/cpu/created/" + std::to_string(r));
-  a->attach_peers();
-  rdv_.set("purlin/cpu/attached/" + std::to_string(rank_), "1");
-  for (int r = 0; r < world_; ++r) rdv_.get("purlin/cpu/attached/" + std::to_string(r));
-  a->unlink_own();
-  atom_ = std::move(a);
+  atom_ = make_shm_group("cpu", rank_, world_, ws, meta_blob_bytes(world_), timeout_, rdv_);
 }
 
 const snac::Plan& HostEngine::plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool direct_local) {

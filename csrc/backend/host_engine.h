@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "backend/request.h"
+#include "backend/shm_group.h"
 #include "snac/plan.h"
 
 namespace purlin::atom {
@@ -19,11 +20,6 @@ class CpuAtom;
 }
 
 namespace purlin::backend {
-
-struct Rendezvous {
-  std::function<void(const std::string& key, const std::string& value)> set;
-  std::function<std::string(const std::string& key)> get;  // blocks until set (bounded by the store timeout)
-};
 
 class HostEngine {
  public:

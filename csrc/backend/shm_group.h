@@ -1,0 +1,35 @@
+// shm_group.h — a CPU shared-memory Atom (atom/cpu/cpu_atom.h) shared by the
+// ranks of one group, set up through the group's Store.
+//
+// Used by the CPU engine (workspace + arrival handshake) and by the CUDA
+// engine to exchange all_to_all split sizes on the host in microseconds
+// instead of a Store round trip. Collective: every rank calls it at the same
+// point with the same `purpose` (which names the Store keys).
+// Torch-free: the backend passes the Store as a Rendezvous.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace purlin::atom {
+class CpuAtom;
+}
+
+namespace purlin::backend {
+
+struct Rendezvous {
+  std::function<void(const std::string& key, const std::string& value)> set;
+  std::function<std::string(const std::string& key)> get;  // blocks until set (bounded by the store timeout)
+};
+
+// Every rank creates its segment, all attach, then each unlinks its own name:
+// from then on nothing is left in /dev/shm, even if a process is killed
+// (NOTE [cpu segment layout] and the lifecycle in cpu_atom.h).
+std::unique_ptr<atom::CpuAtom> make_shm_group(const std::string& purpose, int rank, int world, size_t workspace_bytes,
+                                              size_t meta_bytes, std::chrono::milliseconds timeout,
+                                              const Rendezvous& rdv);
+
+}  // namespace purlin::backend
