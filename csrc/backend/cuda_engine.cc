@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <optional>
 
-#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -64,8 +63,7 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
               options.device().str());
   const c10::Device dev(c10::kCUDA, options.device().has_index() ? options.device().index()
                                                                   : c10::cuda::current_device());
-  const at::Tensor probe = at::empty({0}, options.device(dev));
-  const std::string why = unavailable("empty", {probe});
+  const std::string why = group_on(dev, "empty");
   TORCH_CHECK(why.empty(), "purlin empty on rank ", impl_->rank, ": symmetric memory needs the CUDA datapath: ", why);
   c10::cuda::CUDAGuard guard(dev);
   int64_t numel = 1;
@@ -99,20 +97,23 @@ std::string CudaPath::unavailable(const std::string& op, const std::vector<at::T
     if (is_reduction(op) && !atom::cuda::can_reduce(d))
       return std::string(dtype_name(d)) + " reductions on CUDA are served by NCCL";
   }
-  if (!dev) return "";
+  return dev ? group_on(*dev, op) : "";
+}
+
+std::string CudaPath::group_on(const c10::Device& dev, const std::string& op) {
   if (!impl_->engine) {
-    c10::cuda::CUDAGuard guard(*dev);
+    c10::cuda::CUDAGuard guard(dev);
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(dev->index()).stream(), &st);
+    cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(dev.index()).stream(), &st);
     TORCH_CHECK(st == cudaStreamCaptureStatusNone, "purlin ", op, " on rank ", impl_->rank,
                 ": the first CUDA collective of a group sets up its workspace and cannot run inside CUDA graph "
                 "capture; run one collective on the group before capturing");
-    impl_->engine = std::make_unique<CudaGroup>(impl_->rank, impl_->world, impl_->timeout, impl_->store, dev->index());
+    impl_->engine = std::make_unique<CudaGroup>(impl_->rank, impl_->world, impl_->timeout, impl_->store, dev.index());
   }
   if (!impl_->engine->unavailable().empty())
     return "the CUDA datapath is unavailable for this group: " + impl_->engine->unavailable();
-  TORCH_CHECK(impl_->engine->device() == dev->index(), "purlin ", op, " on rank ", impl_->rank, ": tensors on ",
-              dev->str(), " but this group's CUDA workspace is on cuda:", impl_->engine->device(),
+  TORCH_CHECK(impl_->engine->device() == dev.index(), "purlin ", op, " on rank ", impl_->rank, ": tensors on ",
+              dev.str(), " but this group's CUDA workspace is on cuda:", impl_->engine->device(),
               " (use one GPU per rank and group)");
   return "";
 }

@@ -70,6 +70,9 @@ class CudaPath {
 
  private:
   friend class CudaOpScope;
+  // "" once the group's CUDA state on `dev` exists (created here, collective)
+  // and can serve `op`, else why not.
+  std::string group_on(const c10::Device& dev, const std::string& op);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -23,11 +23,11 @@ namespace {
 constexpr size_t kMaxPlans = 1024;
 
 // request.h's classification, in the device lowering's terms.
-cu::IoAlias alias_of(const Request& rq) {
+cu::IoAlias alias_of(const Request& rq, int64_t* shift = nullptr) {
   static_assert(static_cast<int>(cu::IoAlias::Same) == static_cast<int>(IoAlias::Same) &&
                 static_cast<int>(cu::IoAlias::Overlap) == static_cast<int>(IoAlias::Overlap) &&
                 static_cast<int>(cu::IoAlias::Shifted) == static_cast<int>(IoAlias::Shifted));
-  return static_cast<cu::IoAlias>(io_alias(rq));
+  return static_cast<cu::IoAlias>(io_alias(rq, shift));
 }
 
 const char* kind_name(int kind) {
@@ -120,9 +120,11 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   // The copy-engine Atom: used only if every rank can (the choice per
   // collective must be the same on all ranks).
   // The group uses the largest threshold any rank asks for; 0 anywhere: off.
+  // The Atom (and its watchdog thread) exists only where it is asked for.
   ce_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
-  auto ce = std::make_unique<cu::CopyEngineAtom>(ws_);
-  const int64_t mine = ce->unavailable().empty() ? ce_bytes_ : 0;
+  std::unique_ptr<cu::CopyEngineAtom> ce;
+  if (ce_bytes_ > 0) ce = std::make_unique<cu::CopyEngineAtom>(ws_);
+  const int64_t mine = ce && ce->unavailable().empty() ? ce_bytes_ : 0;
   bool all_ce = true;
   for (const std::string& a : exchange_("copy-engine", std::to_string(mine))) {
     const int64_t v = std::stoll(a);
@@ -202,25 +204,28 @@ bool CudaGroup::zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>
   if (alias == cu::IoAlias::Disjoint) return true;
   if (alias != cu::IoAlias::Same) return false;
   if (rq.op == CollOp::Broadcast) return true;
-  const int64_t bytes = all[0].in_numel * static_cast<int64_t>(dtype_size(rq.dtype));
+  return two_shot(rq, all);
+}
+
+// Whether an all_reduce runs two-shot (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES).
+bool CudaGroup::two_shot(const Request& rq, const std::vector<PeerMeta>& all) const {
+  const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * static_cast<int64_t>(dtype_size(rq.dtype));
   return rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_;
 }
 
 const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::vector<PeerMeta>& all,
                                                    bool zero_copy) {
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
-  const cu::IoAlias alias = alias_of(rq);
+  int64_t shift = 0;
+  const cu::IoAlias alias = alias_of(rq, &shift);
   snac::PlanOptions opt;
   opt.align_elems = cu::kPartBytes / esize;
   opt.slot_elems = ws_->workspace_bytes() / 2 / esize / opt.align_elems * opt.align_elems;
   opt.direct_local = direct_local_reads(rq, rank_);  // NOTE [direct local reads]
   opt.read_peer_inputs = zero_copy;
-  int64_t shift = 0;
-  io_alias(rq, &shift);
-  const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * esize;
-  const bool two_shot = rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_;
-  opt.reduce_algo = two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
-  const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two_shot ? "/2" : "/1") +
+  const bool two = two_shot(rq, all);
+  opt.reduce_algo = two ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
+  const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two ? "/2" : "/1") +
                           (zero_copy ? "/z" : "") + "/s" + std::to_string(shift);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
@@ -249,8 +254,8 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
-           (two_shot ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0);
-  c->protocol = std::string(c->reduces ? (two_shot ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
+           (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0);
+  c->protocol = std::string(c->reduces ? (two ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
                 (opt.push ? "+push" : "");
   if (cu::fits_inline(c->plan)) {
     c->inl = std::make_unique<cu::InlinePlan>();

@@ -78,6 +78,7 @@ class CudaGroup {
   const CachedPlan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool zero_copy);
   void order_after_last(cudaStream_t s);
   bool zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>& all) const;
+  bool two_shot(const Request& rq, const std::vector<PeerMeta>& all) const;
 
   int rank_, world_, device_;
   std::chrono::milliseconds timeout_;

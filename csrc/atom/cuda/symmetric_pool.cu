@@ -8,20 +8,9 @@
 #include <cuda_runtime.h>
 
 #include "atom/cuda/cuda_check.h"
-#include "common/hex.h"
+#include "atom/cuda/ipc_peers.h"
 
 namespace purlin::atom::cuda {
-
-namespace {
-
-// The first answer that does not start with `ok`, as "rank r: text".
-std::string first_failure(const std::vector<std::string>& all, char ok) {
-  for (size_t r = 0; r < all.size(); ++r)
-    if (all[r].empty() || all[r][0] != ok) return "rank " + std::to_string(r) + ": " + (all[r].empty() ? "no answer" : all[r].substr(1));
-  return "";
-}
-
-}  // namespace
 
 std::shared_ptr<SymmetricPool> SymmetricPool::create(int rank, int world, int device, int64_t bytes,
                                                      uint64_t* pad_table, const AllGather& exchange,
@@ -41,41 +30,14 @@ std::shared_ptr<SymmetricPool> SymmetricPool::create(int rank, int world, int de
     cudaGetLastError();
   }
   const std::vector<std::string> handles =
-      exchange("pool/handle", local.empty() ? "H" + to_hex(&handle, sizeof handle) : "E" + local);
+      exchange("pool/handle", local.empty() ? handle_answer(handle) : failure_answer(local));
   *why = first_failure(handles, 'H');
-  std::vector<uint64_t> table(world, 0);
-  pool->peers_.assign(world, nullptr);
-  for (int r = 0; r < world && why->empty() && local.empty(); ++r) {
-    if (r == rank) {
-      table[r] = reinterpret_cast<uint64_t>(pool->self_);
-      continue;
-    }
-    cudaIpcMemHandle_t h;
-    const std::string raw = from_hex(handles[r].substr(1));
-    std::memcpy(&h, raw.data(), std::min(raw.size(), sizeof h));
-    void* p = nullptr;
-    const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      local = cuda_error_text(e, ("cudaIpcOpenMemHandle of rank " + std::to_string(r) + "'s pool").c_str());
-      break;
-    }
-    pool->peers_[r] = p;
-    table[r] = reinterpret_cast<uint64_t>(p);
+  if (why->empty()) {
+    std::vector<uint64_t> table;
+    local = open_ipc_peers(handles, rank, pool->self_, "pool", &pool->peers_, &table);
+    if (local.empty()) local = write_device_table(pad_table, table, "pool table");
+    *why = first_failure(exchange("pool/opened", local.empty() ? "O" : failure_answer(local)), 'O');
   }
-  if (why->empty() && local.empty()) {
-    RelaxedCaptureMode relaxed;
-    cudaStream_t s;
-    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (e == cudaSuccess) {
-      e = cudaMemcpyAsync(pad_table, table.data(), table.size() * sizeof(uint64_t), cudaMemcpyHostToDevice, s);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-      cudaStreamDestroy(s);
-    }
-    if (e != cudaSuccess) local = cuda_error_text(e, "writing the pool table");
-    cudaGetLastError();
-  }
-  if (why->empty()) *why = first_failure(exchange("pool/opened", local.empty() ? "O" : "E" + local), 'O');
   if (!why->empty()) {
     pool->release();
     return nullptr;

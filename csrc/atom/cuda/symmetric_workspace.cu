@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "atom/cuda/cuda_check.h"
+#include "atom/cuda/ipc_peers.h"
 #include "common/hex.h"
 
 namespace purlin::atom::cuda {
@@ -67,17 +68,6 @@ std::string check_probes(const std::vector<Probe>& all) {
   return "";
 }
 
-// First non-empty error among ranks ("rank r: ..."), or "".
-std::string first_error(const std::vector<std::string>& all, char ok_tag) {
-  for (size_t r = 0; r < all.size(); ++r)
-    if (all[r].empty() || all[r][0] != ok_tag) {
-      const std::string msg = all[r].empty() ? std::string("no answer") : from_hex(all[r].substr(1));
-      return rank_str(static_cast<int>(r)) + ": " + msg;
-    }
-  return "";
-}
-
-std::string error_tag(const std::string& msg) { return "E" + to_hex(msg.data(), msg.size()); }
 
 }  // namespace
 
@@ -173,49 +163,19 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
       local = ex.what();
     }
   }
-  const std::vector<std::string> handles = exchange("handle", local.empty() ? "H" + to_hex(&handle, sizeof handle) : error_tag(local));
-  *why = first_error(handles, 'H');
+  const std::vector<std::string> handles = exchange("handle", local.empty() ? handle_answer(handle) : failure_answer(local));
+  *why = first_failure(handles, 'H');
   if (!why->empty()) {
     ws->release();
     return nullptr;
   }
 
   // ---- open peers ------------------------------------------------------------
-  ws->peers_.assign(opt.world, nullptr);
-  std::vector<uint64_t> table(opt.world, 0);
-  for (int r = 0; r < opt.world && local.empty(); ++r) {
-    if (r == opt.rank) {
-      table[r] = reinterpret_cast<uint64_t>(ws->self_);
-      continue;
-    }
-    cudaIpcMemHandle_t h;
-    const std::string raw = from_hex(handles[r].substr(1));
-    std::memcpy(&h, raw.data(), std::min(raw.size(), sizeof h));
-    void* p = nullptr;
-    const cudaError_t oe = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-    if (oe != cudaSuccess) {
-      cudaGetLastError();
-      local = cuda_error_text(oe, ("cudaIpcOpenMemHandle of " + rank_str(r) + "'s workspace").c_str());
-      break;
-    }
-    ws->peers_[r] = p;
-    table[r] = reinterpret_cast<uint64_t>(p);
-  }
-  if (local.empty()) {
-    try {
-      cudaStream_t s;
-      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-      cudaError_t ce = cudaMemcpyAsync(static_cast<uint64_t*>(ws->self_) + ws->layout_.peer_table(0), table.data(),
-                                       table.size() * sizeof(uint64_t), cudaMemcpyHostToDevice, s);
-      if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
-      cudaStreamDestroy(s);
-      check(ce, "writing the peer table");
-    } catch (const std::exception& ex) {
-      cudaGetLastError();
-      local = ex.what();
-    }
-  }
-  *why = first_error(exchange("opened", local.empty() ? "O" : error_tag(local)), 'O');
+  std::vector<uint64_t> table;
+  if (local.empty()) local = open_ipc_peers(handles, opt.rank, ws->self_, "workspace", &ws->peers_, &table);
+  if (local.empty())
+    local = write_device_table(static_cast<uint64_t*>(ws->self_) + ws->layout_.peer_table(0), table, "peer table");
+  *why = first_failure(exchange("opened", local.empty() ? "O" : failure_answer(local)), 'O');
   if (!why->empty()) {
     ws->release();
     return nullptr;
