@@ -36,7 +36,7 @@ SIZES = (1, 3, 7, 127, 1000, 4099, 65537, 1_000_003)
 FAMILIES = (
     "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
-    "mixed_backend", "counters", "fallback", "zero_copy", "push", "block_counts", "call_tag", "timeout",
+    "mixed_backend", "counters", "fallback", "zero_copy", "push", "lines", "block_counts", "call_tag", "timeout",
 )
 
 
@@ -586,7 +586,10 @@ def _worker(rank, world, init_file, log_path):
 
     # -- zero-copy: inputs from the symmetric pool are read in place (NOTE [zero-copy]) ----------------------
     R.family = "zero_copy"
+    os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"  # small sizes too (else flagged lines serve them)
     zc = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
+    dist.all_reduce(torch.ones(4, device=dev), group=zc)  # creates the group's engine with these settings
+    os.environ.pop("TORCH_PURLIN_CUDA_LINE_BYTES")
     two_shot_n = 8 * 1024 * 1024 // 2 + 4099  # bf16 elements above TORCH_PURLIN_CUDA_TWO_SHOT_BYTES (8M)
 
     def sym(n, dtype, values=None):
@@ -698,10 +701,12 @@ def _worker(rank, world, init_file, log_path):
     pu = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
     os.environ["TORCH_PURLIN_CUDA_PUSH"] = "all"
     os.environ["TORCH_PURLIN_CUDA_WORKSPACE_BYTES"] = "1M"  # many rounds: slot reuse in the readers' workspaces
+    os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"  # workspace push plans at every size
     warm = torch.ones(4, device=dev)
     dist.all_reduce(warm, group=pu)  # creates the group's engine with these settings
     os.environ.pop("TORCH_PURLIN_CUDA_PUSH")
     os.environ.pop("TORCH_PURLIN_CUDA_WORKSPACE_BYTES")
+    os.environ.pop("TORCH_PURLIN_CUDA_LINE_BYTES")
 
     def push_case(op, n, dtype):
         xs = inputs(W * n, dtype, "sum")
@@ -734,6 +739,99 @@ def _worker(rank, world, init_file, log_path):
                 R.check(f"{op} n={n} {dtype}", push_case, op, n, dtype)
     R.check("two-shot all_reduce 24 MB", push_case, "all_reduce", 3_000_001, torch.float32)
 
+
+    # -- flagged lines: small collectives in one NVLink trip (NOTE [line plans]) ----------------------------
+    R.family = "lines"
+
+    def line_protocols():
+        t = torch.ones(1000, device=dev)
+        dist.all_reduce(t, group=pg)
+        assert torch.all(t == W)
+        assert torch_purlin.last_launch(pg)["protocol"] == "one-shot+lines", torch_purlin.last_launch(pg)
+        big = torch.ones(2 << 20, device=dev)  # 8 MB: above TORCH_PURLIN_CUDA_LINE_BYTES, workspace plan
+        dist.all_reduce(big, group=pg)
+        assert torch.all(big == W)
+        assert "lines" not in torch_purlin.last_launch(pg)["protocol"], torch_purlin.last_launch(pg)
+        out = torch.empty(W * 1000, device=dev)
+        dist.all_gather_into_tensor(out, t, group=pg)
+        assert torch_purlin.last_launch(pg)["protocol"] == "copy+lines", torch_purlin.last_launch(pg)
+        x = torch.ones(1000, device=dev)
+        dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0), group=pg)  # never on lines
+        assert torch.all(x == 2 * W)
+        assert "lines" not in torch_purlin.last_launch(pg)["protocol"], torch_purlin.last_launch(pg)
+
+    R.check("protocol by size and op", line_protocols)
+
+    def line_sequence(n_iters):
+        # Line collectives back to back with no host sync, asymmetric ones
+        # (broadcast / reduce from rotating roots, where a root reads nothing)
+        # and workspace collectives in between: parity reuse (NOTE [line plans]).
+        checks = []
+        for i in range(n_iters):
+            n = (1, 7, 1000, 4099, 65537)[i % 5]
+            dtype = (torch.float32, torch.bfloat16, torch.int32)[i % 3]
+            xs = inputs(n, dtype, "sum")
+            kind = i % 6
+            if kind == 0:
+                t = xs[rank].to(dev)
+                dist.broadcast(t, src=i % W, group=pg)
+                checks.append((t, xs[i % W], None, f"broadcast {i}"))
+            elif kind == 1:
+                t = xs[rank].to(dev)
+                dist.reduce(t, dst=i % W, op=dist.ReduceOp.SUM, group=pg)
+                checks.append((t, xs if rank == i % W else xs[rank], "sum" if rank == i % W else None, f"reduce {i}"))
+            elif kind == 2:
+                t = xs[rank].to(dev)
+                dist.all_reduce(t, group=pg)
+                checks.append((t, xs, "sum", f"all_reduce {i}"))
+            elif kind == 3:
+                out = torch.empty(W * n, dtype=dtype, device=dev)
+                dist.all_gather_into_tensor(out, xs[rank].to(dev), group=pg)
+                checks.append((out, torch.cat(xs), None, f"all_gather {i}"))
+            elif kind == 4:
+                big = inputs(300_001, torch.float32, "sum")  # workspace plan in between
+                t = big[rank].to(dev)
+                dist.all_reduce(t, group=pg)
+                checks.append((t, big, "sum", f"all_reduce big {i}"))
+            else:
+                full = inputs(W * n, dtype, "sum")
+                out = torch.empty(W * n, dtype=dtype, device=dev)
+                dist.all_to_all_single(out, full[rank].to(dev), group=pg)
+                checks.append((out, torch.cat([f[rank * n:(rank + 1) * n] for f in full]), None, f"all_to_all {i}"))
+        for got, want, op, what in checks:
+            if op is None:
+                assert_equal(got, want, what)
+            else:
+                assert_reduced(got, want, op, what)
+
+    R.check("120 mixed collectives, no host sync", line_sequence, 120)
+
+    def line_graph():
+        t = torch.empty(4099, device=dev)
+        b = torch.empty(1000, dtype=torch.bfloat16, device=dev)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            dist.all_reduce(t, group=pg)  # warm the plans outside capture
+            dist.broadcast(b, src=1, group=pg)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s):
+                for _ in range(3):
+                    dist.all_reduce(t, group=pg)
+                    dist.broadcast(b, src=1, group=pg)
+        torch.cuda.current_stream().wait_stream(s)
+        for rep in range(5):
+            xs = inputs(4099, torch.float32, "sum")
+            bs = inputs(1000, torch.bfloat16)
+            t.copy_(xs[rank].to(dev))
+            b.copy_(bs[rank].to(dev))
+            g.replay()
+            torch.cuda.synchronize()
+            assert_reduced(t, [x * W * W for x in xs], "sum", f"graph replay {rep}")  # three all_reduces
+            assert_equal(b, bs[1], f"graph replay {rep} broadcast")
+
+    R.check("line collectives in a CUDA graph", line_graph)
+
     # -- block counts: the launch's block count follows the size (launch_config.h) --------------------------
     R.family = "block_counts"
 
@@ -753,11 +851,14 @@ def _worker(rank, world, init_file, log_path):
     R.family = "call_tag"
 
     def call_tag_case(kind):
+        if kind != "sizes":  # workspace plans (a pool placement matters only to them)
+            os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"
         bad = dist.new_group(backend="purlin", timeout=timedelta(seconds=10))
         warm = torch.ones(8, device=dev)
         dist.all_reduce(warm, group=bad)
+        os.environ.pop("TORCH_PURLIN_CUDA_LINE_BYTES", None)
         torch.cuda.synchronize()
-        if kind == "sizes":
+        if kind in ("sizes", "sizes, workspace plan"):
             t = torch.ones(1000 + 512 * rank, device=dev)  # ranks disagree on the element count
         else:
             p = torch_purlin.empty(1000, device=dev, group=bad)  # collective: both ranks
@@ -765,7 +866,7 @@ def _worker(rank, world, init_file, log_path):
             t.fill_(1)
             out = torch.empty(W * 1000, device=dev)
         before = t.clone()
-        if kind == "sizes":
+        if kind != "pool placement":
             dist.all_reduce(t, group=bad)
         else:
             dist.all_gather_into_tensor(out, t, group=bad)  # rank 0 zero-copy, rank 1 staged
@@ -777,11 +878,11 @@ def _worker(rank, world, init_file, log_path):
             assert f"on rank {rank}" in msg and f"rank {1 - rank} called this collective with other arguments" in msg, msg
         else:
             raise AssertionError("no error after a mismatched call")
-        if kind == "sizes":
+        if kind != "pool placement":
             assert_equal(t, before, "nothing of the peer's data was read")
         dist.barrier(group=host)
 
-    for kind in ("sizes", "pool placement"):
+    for kind in ("sizes", "sizes, workspace plan", "pool placement"):
         R.check(kind, call_tag_case, kind)
 
     # -- timeout: a rank that never arrives is named, the process stays usable ------------------------------

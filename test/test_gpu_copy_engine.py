@@ -94,6 +94,7 @@ def _purlin_group(**env):
 def _worker(rank, world, init_file, log_path):
     os.environ.setdefault("TORCH_PURLIN_LOG", "1")
     os.environ["TORCH_PURLIN_CUDA_CE_BYTES"] = "1"
+    os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"  # small copies too (flagged lines would serve them)
     torch.cuda.set_device(rank)
     import torch_purlin  # noqa: F401  registers "purlin"
 

@@ -5,6 +5,8 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck over test/gpu/smoke.py
 #   bench     benchmarks, purlin vs NCCL (and symm-mem), eager and graph  (BENCH_ARGS to override)
 #   sweep     all_reduce / all_gather at fixed block counts (tuning of launch_config*.cu)
+#   nolines   purlin alone, 1K-4M, with flagged lines off (TORCH_PURLIN_CUDA_LINE_BYTES=0), to compare
+#   knobs     purlin alone, 64M-1G graph mode, under other workspace sizes and push modes (KNOBS to override)
 # A part after `suite` reuses the build when the machine is still warm; if
 # torch_purlin/_C*.so is missing it builds first. Results come back in at
 # most 8 files: $OUT/summary.txt (the important lines), $OUT/bench_cuda.md +
@@ -32,7 +34,7 @@ if has suite || ! ls torch_purlin/_C*.so >/dev/null 2>&1; then
 fi
 
 if has sanitize; then
-  for tool in memcheck racecheck synccheck; do
+  for tool in ${SANITIZERS:-memcheck racecheck synccheck}; do
     timeout "${SANITIZER_S:-100}" compute-sanitizer --tool "$tool" --target-processes all \
       python3 test/gpu/smoke.py >"$LOGS/sanitizer_$tool.txt" 2>&1
     say "== compute-sanitizer $tool exit $?: $(grep -c "FAIL" "$LOGS/sanitizer_$tool.txt") smoke failures"
@@ -66,6 +68,24 @@ if has sweep; then
       >"$LOGS/bench_blocks$g.md" 2>&1
     say "sweep TORCH_PURLIN_CUDA_BLOCKS=$g exit $?"
     grep -E "^ +[0-9]+ " "$LOGS/bench_blocks$g.md" | awk -v g=$g '{print "  G=" g, $1, $5}' >>"$S"
+  done
+fi
+if has nolines; then
+  # Tuning probe for TORCH_PURLIN_CUDA_LINE_BYTES: the same sizes on workspace plans.
+  TORCH_PURLIN_CUDA_LINE_BYTES=0 timeout 120 torchrun --nproc-per-node=2 -m torch_purlin.bench --device cuda \
+    --ops all_reduce,all_gather,reduce_scatter,broadcast,all_to_all -b 1K -e 4M -f 4 --mode both --impls purlin \
+    --time-cap 0.15 >"$OUT/bench_nolines.md" 2>"$LOGS/bench_nolines.err"
+  say "nolines exit $?"
+fi
+if has knobs; then
+  # Tuning probe: large collectives under other settings (each a list of VAR=value, comma-separated).
+  for knob in ${KNOBS:-default TORCH_PURLIN_CUDA_WORKSPACE_BYTES=256M TORCH_PURLIN_CUDA_PUSH=all \
+      TORCH_PURLIN_CUDA_WORKSPACE_BYTES=256M,TORCH_PURLIN_CUDA_PUSH=all}; do
+    env $( [ "$knob" = default ] || echo "${knob//,/ }" ) timeout 90 torchrun --nproc-per-node=2 -m torch_purlin.bench \
+      --device cuda --ops all_reduce,all_gather,reduce_scatter,all_to_all -b 64M -e 1G -f 4 --mode graph \
+      --impls purlin --time-cap 0.15 >"$LOGS/knob_${knob//[=,]/_}.md" 2>&1
+    say "knob $knob exit $?"
+    awk '/^## /{op=$2" "$3} /^ +[0-9]+ /{print "  " op, $1, $5}' "$LOGS/knob_${knob//[=,]/_}.md" >>"$S"
   done
 fi
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"

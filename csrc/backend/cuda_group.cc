@@ -36,6 +36,7 @@ const char* kind_name(int kind) {
     case cu::kStaged: return "Staged";
     case cu::kConsumed: return "Consumed";
     case cu::kCallTag: return "call tag";
+    case cu::kLine: return "flagged-line";
     default: return "local-barrier";
   }
 }
@@ -55,6 +56,9 @@ std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout
   os << "timed out after " << timeout.count() << " ms ";
   if (e.kind == cu::kLocal)
     os << "waiting for block " << e.from_block << " of this rank (block " << e.block << " at a local barrier)";
+  else if (e.kind == cu::kLine)  // NOTE [flagged lines]: expected / seen are the line flags
+    os << "waiting for rank " << e.peer << " (block " << e.block << " polled a flagged line of its data for flag 0x"
+       << std::hex << e.expected << ", saw 0x" << e.seen << std::dec << ")";
   else
     os << "waiting for rank " << e.peer << " (block " << e.block << " waited for the " << kind_name(e.kind)
        << " flag of its block " << e.from_block << " to reach step " << e.expected << ", saw " << e.seen << ")";
@@ -85,6 +89,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   opt.world = world_;
   opt.device = device_;
   opt.workspace_bytes = env::get_bytes("TORCH_PURLIN_CUDA_WORKSPACE_BYTES");
+  opt.line_max_bytes = env::get_bytes("TORCH_PURLIN_CUDA_LINE_BYTES");
   try {
     opt.blocks = std::stoi(env::get("TORCH_PURLIN_CUDA_BLOCKS"));
   } catch (const std::exception&) {
@@ -207,6 +212,16 @@ bool CudaGroup::zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>
   return two_shot(rq, all);
 }
 
+// Whether a collective should try flagged lines (NOTE [line plans]): small
+// enough per rank (TORCH_PURLIN_CUDA_LINE_BYTES, agreed by the group), no
+// PREMUL_SUM, elements of at most 8 bytes. Rank-invariant; plan_for() adds
+// the conditions on the plan itself.
+bool CudaGroup::lines_wanted(const Request& rq, const std::vector<PeerMeta>& all) const {
+  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
+  const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * esize;
+  return world_ > 1 && bytes <= ws_->line_max_bytes() && esize <= 8 && rq.redop != RedOp::PremulSum;
+}
+
 // Whether an all_reduce runs two-shot (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES).
 bool CudaGroup::two_shot(const Request& rq, const std::vector<PeerMeta>& all) const {
   const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * static_cast<int64_t>(dtype_size(rq.dtype));
@@ -214,7 +229,7 @@ bool CudaGroup::two_shot(const Request& rq, const std::vector<PeerMeta>& all) co
 }
 
 const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::vector<PeerMeta>& all,
-                                                   bool zero_copy) {
+                                                   bool zero_copy, bool lines) {
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
   int64_t shift = 0;
   const cu::IoAlias alias = alias_of(rq, &shift);
@@ -223,10 +238,10 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   opt.slot_elems = ws_->workspace_bytes() / 2 / esize / opt.align_elems * opt.align_elems;
   opt.direct_local = direct_local_reads(rq, rank_);  // NOTE [direct local reads]
   opt.read_peer_inputs = zero_copy;
-  const bool two = two_shot(rq, all);
+  const bool two = !lines && two_shot(rq, all);
   opt.reduce_algo = two ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
   const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two ? "/2" : "/1") +
-                          (zero_copy ? "/z" : "") + "/s" + std::to_string(shift);
+                          (zero_copy ? "/z" : "") + (lines ? "/L" : "") + "/s" + std::to_string(shift);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   if (plans_.size() >= kMaxPlans) {  // inline plans are host-only: safe to drop any time
@@ -239,10 +254,30 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   // pushing is 3-9% faster for copies at every size; for reductions it is
   // mixed (one-shot small slower, reduce_scatter >= 256 MB slower).
   opt.push = !zero_copy && (push_mode_ == "all" || (push_mode_ == "copies" && spec.kind == snac::OpKind::Copy));
-  const snac::Plan plan = snac::make_plan(spec, rank_, opt);
   auto c = std::make_unique<CachedPlan>();
+  // NOTE [line plans]: a one-round push plan of a spec with contiguous
+  // sources, laid out in one parity of the line region. Every condition is
+  // rank-invariant (the Spec, the agreed region), so all ranks choose alike.
+  bool contiguous = true;
+  for (const auto& ch : spec.chunks)
+    for (const auto& src : ch.sources) contiguous &= src.region.rows <= 1 || src.region.stride == src.region.row_len;
+  snac::Plan plan;
+  if (lines && contiguous) {
+    snac::PlanOptions lo = opt;
+    lo.push = true;
+    lo.slot_elems = ws_->line_slot_elems(esize) / opt.align_elems * opt.align_elems;
+    try {
+      plan = snac::make_plan(spec, rank_, lo);
+      c->lines = plan.rounds == 1;
+    } catch (const std::invalid_argument&) {
+      c->lines = false;  // the region cannot hold it: the workspace plan below
+    }
+    if (c->lines) opt = lo;
+  }
+  if (!c->lines) plan = snac::make_plan(spec, rank_, opt);
   c->spec_bytes = spec_bytes;
-  c->blocks = ws_->launch_config().blocks_for(spec_bytes);
+  c->blocks = c->lines ? ws_->launch_config().line_blocks_for(std::max(all[0].in_numel, all[0].out_numel) * esize)
+                       : ws_->launch_config().blocks_for(spec_bytes);
   if (spec.kind == snac::OpKind::Copy && !zero_copy) {
     // The copy-engine Atom runs pull plans only (NOTE [stream memop ordering]:
     // its waits do not flush remote data writes, and pull plans make none).
@@ -254,9 +289,9 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
-           (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0);
+           (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0);
   c->protocol = std::string(c->reduces ? (two ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
-                (opt.push ? "+push" : "");
+                (c->lines ? "+lines" : opt.push ? "+push" : "");
   if (cu::fits_inline(c->plan)) {
     c->inl = std::make_unique<cu::InlinePlan>();
     cu::to_inline(c->plan, c->inl.get());
@@ -303,16 +338,19 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   const std::vector<PeerMeta> all = peer_meta(rq);
   // NOTE [zero-copy]: an input in the symmetric pool is read in place by the
   // peers (who must pass theirs at the same offset: NOTE [call tags]).
+  // Small collectives run on flagged lines when their plan qualifies
+  // (NOTE [line plans]); zero-copy is not tried for them.
+  const CachedPlan* line_plan = lines_wanted(rq, all) ? &plan_for(rq, all, false, true) : nullptr;
   int64_t pool_offset = -1;
-  if (pool_ && zero_copy_allowed(rq, all))
+  if (!(line_plan && line_plan->lines) && pool_ && zero_copy_allowed(rq, all))
     pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype))));
-  const CachedPlan& c = plan_for(rq, all, pool_offset >= 0);
+  const CachedPlan& c = line_plan && line_plan->lines ? *line_plan : plan_for(rq, all, pool_offset >= 0, false);
   if (c.plan.rounds == 0) return;  // nothing moves on any rank
   c10::cuda::CUDAGuard guard(device_);
   order_after_last(stream);
   // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
   // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).
-  if (ce_ && !c.reduces && pool_offset < 0 && c.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
+  if (ce_ && !c.lines && !c.reduces && pool_offset < 0 && c.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
     cu::CeCall call;
     call.plan = &c.snac_plan;
     call.input = rq.in;
@@ -350,6 +388,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.op_name = cu::intern_name(rq.name);
   l.threads = ws_->threads();
   l.blocks = c.blocks;
+  l.lines = c.lines;
   l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0);
   l.input_pool_offset = pool_offset;
   last_ = LastLaunch{c.protocol, c.blocks, l.threads};

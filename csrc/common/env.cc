@@ -21,6 +21,11 @@ const std::vector<Var>& registry() {
        "the smallest value any rank asks for). Larger tensors are pipelined in rounds."},
       {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M",
        "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes."},
+      {"TORCH_PURLIN_CUDA_LINE_BYTES", "256K",
+       "CUDA collectives of at most this many bytes per rank run on flagged lines (NOTE [flagged lines] in "
+       "csrc/atom/cuda/flagged_line.cuh): data and notification in one NVLink store, no flag round trip. "
+       "0 disables them; the group uses the smallest value any rank asks for (and sizes its line region, "
+       "4 x world x this, by it)."},
       {"TORCH_PURLIN_CUDA_CE_BYTES", "0",
        "Pure-copy collectives (all_gather, broadcast, all_to_all, gather, scatter) whose Spec moves at least this "
        "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "

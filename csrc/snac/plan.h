@@ -63,6 +63,8 @@ struct Ref {
   Buf buf = Buf::Input;
   int32_t rank = 0;    // owner (Input/Output: always this plan's rank)
   int64_t offset = 0;  // in elements from the buffer's start
+  int32_t origin = -1; // whose contribution it holds, where that is not `rank`
+                       // (a push lands in the reader's workspace); -1: rank's
 };
 
 enum class OpCode : uint8_t { Wait = 0, Signal = 1, Copy = 2, Reduce = 3 };

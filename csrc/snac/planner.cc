@@ -17,6 +17,13 @@ namespace {
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
+// Cut point k of [0, L) into K nearly equal parts, on a multiple of `a`
+// (except the end): rounds and two-shot slices then start at aligned elements
+// wherever the chunk does, so the Atom's vector paths serve every piece.
+// (Unaligned cuts made 256 MB in-place all_reduce 1.6x slower on 2x H200:
+// its direct own reads fell back to scalar loads.)
+int64_t cut(int64_t L, int64_t k, int64_t K, int64_t a) { return k >= K ? L : L * k / K / a * a; }
+
 // One consumable unit of a round: elements [a, b) of a chunk. For two-shot
 // chunks there is one Piece per owner; `owner` is -1 otherwise.
 struct Piece {
@@ -61,13 +68,13 @@ class Planner {
     for (size_t c = 0; c < spec_.chunks.size(); ++c) {
       const Chunk& ch = spec_.chunks[c];
       const int64_t L = ch.numel();
-      const int64_t a = L * j / K, b = L * (j + 1) / K;
+      const int64_t a = cut(L, j, K, opt_.align_elems), b = cut(L, j + 1, K, opt_.align_elems);
       if (a == b || ch.dests.empty()) continue;
       if (two_shot(ch)) {
         R.two_shot = true;
         const int64_t D = static_cast<int64_t>(ch.dests.size());
         for (int64_t k = 0; k < D; ++k) {
-          const int64_t sa = a + (b - a) * k / D, sb = a + (b - a) * (k + 1) / D;
+          const int64_t sa = a + cut(b - a, k, D, opt_.align_elems), sb = a + cut(b - a, k + 1, D, opt_.align_elems);
           if (sa != sb) R.pieces.push_back(Piece{static_cast<int>(c), sa, sb, ch.dests[k].rank, {}, -1});
         }
       } else {
@@ -174,7 +181,7 @@ class Planner {
     const Placement& src = spec_.chunks[p.chunk].sources[k];
     const bool own = src.rank == reader;
     if (opt_.push && p.pushed[k][reader] >= 0) {  // NOTE [push]: the source wrote it here
-      *ref = Ref{Buf::Workspace, reader, 0};
+      *ref = Ref{Buf::Workspace, reader, 0, src.rank};
       *reg = Region::contiguous(p.pushed[k][reader] - p.a, p.b);
     } else if ((own && opt_.direct_local) || (!own && opt_.read_peer_inputs) || p.staged[k] < 0) {
       *ref = Ref{Buf::Input, src.rank, 0};  // own input read directly, or a peer's (read_peer_inputs)

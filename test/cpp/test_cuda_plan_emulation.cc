@@ -13,8 +13,9 @@
 // sequence of collectives like a stream: its rank's blocks meet between
 // collectives (a kernel boundary), ranks do not (no host handshake on GPUs).
 // Random pauses, and blocks that are made slow for a whole collective, shake
-// the interleavings. Hundreds of collectives of random kinds, sizes, in-place
-// layouts and workspace sizes run on one "group" and every output is checked
+// the interleavings. Hundreds of collectives of random kinds (the built-ins,
+// asymmetric ones included, and the strided interleaved all-gather), sizes,
+// in-place layouts and workspace sizes run on one "group" and every output is checked
 // exactly (int32 sums). On top of that a happens-before race detector
 // (vector clocks; flags, local barriers and kernel boundaries are the only
 // synchronisation) checks every element access: a missing local barrier, a
@@ -22,10 +23,29 @@
 // this run's timing happened to produce the right values. (Removing the
 // LocalSync insertion or the Done wait makes it fail.)
 //
+// Line plans (NOTE [line plans], line_kernel.cuh) run in the same sequences:
+// a small collective whose one-round push plan fits the line region (the
+// host's choice, lines_wanted / plan_for in cuda_group.cc, re-derived here and
+// checked to be equal on every rank) runs the line kernel instead: Workspace
+// refs go to one parity (lseq % 2) of the owner's line region, modelled per
+// 16-byte line (two int32 and the flag, stored and loaded as one unit: a
+// store is a release, a load that sees the flag acquires it), Wait / Signal
+// are skipped, and the launch opens with the pbase wait (every peer finished
+// the collective before last) instead of the Done wait. Every launch sets
+// pbase = base at its end; line launches also advance lseq. The line region
+// is race-checked like the workspace, so a parity reused while a peer may
+// still read it (asymmetric collectives, plan kernels in between) is
+// reported. Mutations (argv[2]) break the protocol on purpose and must make
+// the run fail: no-reuse-wait (no pbase wait), one-parity, short-flag-period
+// (flags repeat after 6 line collectives instead of 2^33).
+//
 // What it does not cover: the CUDA code itself (ptx.cuh, copy.cuh,
-// reduce.cuh), which the GPU tests (test/test_gpu_collectives.py) exercise.
+// reduce.cuh, the 16-byte line accesses of flagged_line.cuh, the call-tag
+// half of the line flag), which the GPU tests (test/test_gpu_collectives.py)
+// exercise.
 // Build: g++ -std=c++17 -O2 -Icsrc -x c++ csrc/atom/cuda/device_plan.cu -x none
 //        csrc/snac/{planner,spec,collectives}.cc csrc/common/types.cc this.cc -pthread
+// Run:   ./a.out [collectives per group, 150] [mutation]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,6 +53,7 @@
 #include <cstdio>
 #include <mutex>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -50,10 +71,16 @@ using purlin::RedOp;
 namespace {
 
 constexpr int kBlocks = 4;
-constexpr int64_t kEsize = 4;  // int32 elements
+constexpr int64_t kEsize = 4;                     // int32 elements
+constexpr int64_t kLineElems = 8 / kEsize;        // payload elements of one 16-byte line (kLinePayload)
+constexpr int64_t kLineMaxBytes = 2048;           // TORCH_PURLIN_CUDA_LINE_BYTES of every emulated group
+
+// Deliberate protocol bugs (argv[2]): each must make the run fail.
+enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod };
+Mutation g_mutation = Mutation::None;
 
 int g_failed = 0;
-int64_t g_launches = 0, g_ops = 0, g_syncs = 0;
+int64_t g_launches = 0, g_line_launches = 0, g_ops = 0, g_syncs = 0;
 std::atomic<int64_t> g_races{0};
 
 // ---- happens-before race detector --------------------------------------------
@@ -67,6 +94,7 @@ void join(VC& a, const VC& b) {
 // Releases on one flag slot: (value, clock of the releasing block). An
 // acquire that needs value >= v takes the EARLIEST such release: a waiter may
 // see exactly that one, so races possible under any schedule are reported.
+// A target of 0 is met by the pad's initial value: it acquires nothing.
 struct SyncSlot {
   std::mutex mu;
   std::vector<std::pair<uint64_t, VC>> history;
@@ -79,6 +107,7 @@ struct SyncSlot {
     ++vc[t];
   }
   void acquire(uint64_t target, VC& vc) {
+    if (target == 0) return;
     std::lock_guard<std::mutex> g(mu);
     for (const auto& h : history)
       if (h.first >= target) {
@@ -88,7 +117,7 @@ struct SyncSlot {
   }
 };
 
-// Shadow of one int32 element: the last write and the reads since.
+// Shadow of one int32 element (or one flagged line): the last write and the reads since.
 struct Cell {
   int16_t wt = -1;
   uint32_t wc = 0;
@@ -125,27 +154,108 @@ void on_write(Cell* c, const VC& vc, int t, const char* phase) {
   c->wc = vc[t];
 }
 
+// ---- flagged lines (NOTE [flagged lines]) ------------------------------------
+// The f0 half of line_flags() (flagged_line.cuh): seq % (2^32 - 1) + 1; the
+// call-signature half (f1) adds nothing here. The mutation shortens the period.
+uint32_t line_flag(uint64_t seq) {
+  const uint64_t period = g_mutation == Mutation::ShortFlagPeriod ? 3 : 0xFFFFFFFFull;
+  return static_cast<uint32_t>(seq % period + 1);
+}
+
+// One 16-byte line: kLineElems payload elements and the flag, stored and
+// loaded as one unit (each 8-byte half of the kernel's line carries the flag,
+// so a matching flag proves the payload beside it). A store is a release:
+// a load that sees the flag acquires the writer's clock. `seq` is the
+// emulator's own record of the line collective that wrote it (the kernel
+// has only the flags), to name a stale or overwritten line.
+struct Line {
+  int32_t v[kLineElems] = {};
+  uint32_t flag = 0;   // cleared memory: never matches
+  int64_t seq = -1;    // of the last store
+  int64_t high = -1;   // of the latest collective that stored
+  int16_t writer = -1;
+  VC clock;
+  Cell cell;           // race shadow of the whole line
+};
+
+std::mutex g_line_mu[256];
+std::mutex& line_mu(const Line* l) { return g_line_mu[(reinterpret_cast<uintptr_t>(l) / sizeof(Line)) % 256]; }
+
+// line_store: the tail of a partial line is zero-filled.
+void line_store(Line& l, const int32_t* x, int64_t k, uint64_t seq, VC& vc, int t, const char* phase) {
+  on_write(&l.cell, vc, t, phase);
+  {
+    std::lock_guard<std::mutex> g(line_mu(&l));
+    for (int64_t j = 0; j < kLineElems; ++j) l.v[j] = j < k ? x[j] : 0;
+    l.flag = line_flag(seq);
+    l.seq = static_cast<int64_t>(seq);
+    l.high = std::max(l.high, l.seq);
+    l.writer = static_cast<int16_t>(t);
+    l.clock = vc;
+  }
+  ++vc[t];
+}
+
+// line_wait: polls until the line carries this collective's flag. A line
+// whose store of this collective was overwritten before this read (it would
+// never match: a timeout on the GPU) or a stale line whose flag matches is
+// reported, and taken.
+void line_wait(Line& l, uint64_t seq, int32_t* out, VC& vc, int t, const char* phase) {
+  const uint32_t flag = line_flag(seq);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> g(line_mu(&l));
+      const bool lost = l.high >= static_cast<int64_t>(seq) && l.seq != static_cast<int64_t>(seq);
+      if (l.flag == flag || lost) {
+        if (lost) race("line overwritten before it was read", t, l.writer, phase);
+        else if (l.seq != static_cast<int64_t>(seq)) race("stale line accepted (flag of an earlier collective)", t, l.writer, phase);
+        std::memcpy(out, l.v, sizeof(l.v));
+        join(vc, l.clock);
+        break;
+      }
+    }
+    std::this_thread::yield();
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
+      std::fprintf(stderr, "DEADLOCK polling a flagged line (seq %llu)\n", (unsigned long long)seq);
+      std::abort();
+    }
+  }
+  on_read(&l.cell, vc, t, phase);
+}
+
+// ---- the group's memory -------------------------------------------------------
+// NOTE [line plans] sizes (symmetric_workspace.cu): a parity holds every
+// rank's contribution of the largest line collective plus alignment.
+int64_t line_half_bytes(int world) {
+  const int64_t payload = world * kLineMaxBytes + int64_t{world} * world * 512;
+  return (payload * 2 + 4095) / 4096 * 4096;
+}
+
 struct RankState {
   std::vector<int32_t> ws;                        // workspace: two slots
   std::vector<Cell> ws_cells;
+  std::vector<Line> lines[2];                     // the line region's two parities
   std::vector<std::atomic<uint64_t>> flags;       // [kind][from][block]
   std::vector<std::atomic<uint64_t>> local;       // [block]
   std::vector<SyncSlot> flag_sync, local_sync;    // their release histories
-  uint64_t base = 0, lbase = 0;                   // the pad's epoch words
+  uint64_t base = 0, lbase = 0, pbase = 0, lseq = 0;  // the pad's epoch words
   std::mutex finish_mu;                           // the pad's `finished` counter
   int finished = 0;
   VC finish_acc;                                  // clocks of the blocks that ended
-  RankState(int world, int64_t ws_elems)
-      : ws(ws_elems), ws_cells(ws_elems), flags(cu::kFlagKinds * world * kBlocks), local(kBlocks),
-        flag_sync(cu::kFlagKinds * world * kBlocks), local_sync(kBlocks) {}
+  RankState(int world, int64_t ws_elems, int64_t line_count)
+      : ws(ws_elems), ws_cells(ws_elems), lines{std::vector<Line>(line_count), std::vector<Line>(line_count)},
+        flags(cu::kFlagKinds * world * kBlocks), local(kBlocks), flag_sync(cu::kFlagKinds * world * kBlocks),
+        local_sync(kBlocks) {}
 };
 
 struct Group {
   int world;
   int64_t slot_elems;
+  int64_t line_slot_elems;  // SymmetricWorkspace::line_slot_elems
   std::vector<std::unique_ptr<RankState>> ranks;
-  Group(int w, int64_t slot) : world(w), slot_elems(slot) {
-    for (int r = 0; r < w; ++r) ranks.push_back(std::make_unique<RankState>(w, 2 * slot));
+  Group(int w, int64_t slot) : world(w), slot_elems(slot), line_slot_elems(line_half_bytes(w) / 2 / kEsize) {
+    for (int r = 0; r < w; ++r) ranks.push_back(std::make_unique<RankState>(w, 2 * slot, line_half_bytes(w) / 16));
   }
   static size_t slot(int world, int kind, int from, int block) {
     return (static_cast<size_t>(kind) * world + from) * kBlocks + block;
@@ -159,6 +269,7 @@ struct Call {
   cu::DevicePlan plan;
   int blocks = kBlocks;    // this launch's block count (same on every rank)
   bool zero_copy = false;
+  bool lines = false;      // runs the line kernel (NOTE [line plans])
   const Call* all = nullptr;  // every rank's call (peers' inputs); a vector buffer, stable under moves
   int32_t* in = nullptr;
   int32_t* out = nullptr;
@@ -215,94 +326,210 @@ void wait_all(std::atomic<uint64_t>* slots, int count, uint64_t target, const ch
     }
 }
 
-// The body of plan_kernel<int32_t> for block b of rank r.
+// ---- one block of one launch ---------------------------------------------------
+// What a block of rank r knows of its launch (read from the pad at its start).
+struct BlockCtx {
+  Group& g;
+  int r, b, t;
+  const Call& c;
+  uint64_t base, lbase, lseq;
+  VC& vc;
+};
+
+// Every peer's Done word >= target (NOTE [device reuse]; the line kernel's
+// pbase wait, NOTE [line plans]).
+void wait_done(BlockCtx& x, uint64_t target) {
+  for (int q = 0; q < x.g.world; ++q)
+    if (q != x.r) {  // one Done word per peer
+      wait_all(&x.g.flag(x.r, cu::kDone, q, 0), 1, target, "Done");
+      x.g.sync(x.r, cu::kDone, q, 0).acquire(target, x.vc);
+    }
+}
+
+struct Ptr {
+  int32_t* p;
+  Cell* cell;
+};
+
+// An Input / Output / Workspace ref in ordinary memory (the plan kernel's buffer_of).
+Ptr resolve(const BlockCtx& x, const cu::DevRef& ref) {
+  switch (ref.buf) {
+    case cu::kInput: {
+      const Call& o = ref.rank == x.r ? x.c : x.c.all[ref.rank];  // a peer's input: zero-copy plans
+      return {o.in + ref.offset, o.cells + (o.in - o.mem) + ref.offset};
+    }
+    case cu::kOutput: return {x.c.out + ref.offset, x.c.cells + (x.c.out - x.c.mem) + ref.offset};
+    default:
+      return {x.g.ranks[ref.rank]->ws.data() + ref.offset, x.g.ranks[ref.rank]->ws_cells.data() + ref.offset};
+  }
+}
+
+// The block's share of an op (NOTE [block partition]).
+void share(const cu::DevOp& op, const BlockCtx& x, int64_t* lo, int64_t* hi) {
+  const int64_t per = cu::part_size(op.n, x.c.blocks, kEsize);
+  *lo = x.b * per;
+  *hi = std::min(op.n, *lo + per);
+}
+
+// plan_kernel's Copy / Reduce.
+void plan_data_op(BlockCtx& x, const cu::DevOp& op, std::mt19937& rng, bool slow, const char* phase) {
+  int64_t lo, hi;
+  share(op, x, &lo, &hi);
+  if (lo >= hi) return;
+  Ptr dst = resolve(x, op.dst);
+  std::vector<Ptr> srcs;
+  for (int k = 0; k < op.src_count; ++k) srcs.push_back(resolve(x, x.c.plan.srcs[op.src_begin + k]));
+  const int64_t mid = lo + (hi - lo) / 2;  // a pause in the middle of the block's share
+  for (int64_t i = lo; i < hi; ++i) {
+    if (i == mid) pause(rng, slow);
+    if (op.code == cu::kCopy && srcs[0].p == dst.p) continue;  // the kernel skips dst == src copies
+    int32_t v = 0;
+    for (size_t k = 0; k < srcs.size(); ++k) {
+      on_read(srcs[k].cell + i, x.vc, x.t, phase);
+      v = k == 0 ? srcs[k].p[i] : static_cast<int32_t>(static_cast<uint32_t>(v) + static_cast<uint32_t>(srcs[k].p[i]));
+    }
+    on_write(dst.cell + i, x.vc, x.t, phase);
+    dst.p[i] = v;
+  }
+}
+
+// The line region parity of this launch, at rank `rank`.
+std::vector<Line>& line_region(const BlockCtx& x, int rank) {
+  const int parity = g_mutation == Mutation::OneParity ? 0 : static_cast<int>(x.lseq & 1);
+  return x.g.ranks[rank]->lines[parity];
+}
+
+Line& line_at(const BlockCtx& x, int rank, int64_t index) {
+  std::vector<Line>& region = line_region(x, rank);
+  if (index < 0 || index >= static_cast<int64_t>(region.size())) {
+    std::fprintf(stderr, "line %lld outside the line region (%zu lines)\n", (long long)index, region.size());
+    std::abort();
+  }
+  return region[index];
+}
+
+// line_kernel's load_unit: k elements e0.. of ref into v; a Workspace ref
+// polls the lines that hold them (an unaligned start reads two lines).
+void load_unit(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, int32_t* v, const char* phase) {
+  if (ref.buf == cu::kWorkspace) {
+    int32_t line[kLineElems];
+    int64_t have = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = ref.offset + e0 + j;
+      if (e / kLineElems != have) {
+        have = e / kLineElems;
+        line_wait(line_at(x, ref.rank, have), x.lseq, line, x.vc, x.t, phase);
+      }
+      v[j] = line[e % kLineElems];
+    }
+    return;
+  }
+  const Ptr src = resolve(x, ref);
+  for (int64_t j = 0; j < k; ++j) {
+    on_read(src.cell + e0 + j, x.vc, x.t, phase);
+    v[j] = src.p[e0 + j];
+  }
+}
+
+// line_kernel's store_unit: a Workspace write is one flagged line store at
+// the line of its first element (writes start on a line: NOTE [line plans]).
+void store_unit(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, const int32_t* v, const char* phase) {
+  if (ref.buf == cu::kWorkspace) {
+    line_store(line_at(x, ref.rank, (ref.offset + e0) * kEsize >> 3), v, k, x.lseq, x.vc, x.t, phase);
+    return;
+  }
+  const Ptr dst = resolve(x, ref);
+  for (int64_t j = 0; j < k; ++j) {
+    on_write(dst.cell + e0 + j, x.vc, x.t, phase);
+    dst.p[e0 + j] = v[j];
+  }
+}
+
+// line_kernel's line_op: Copy / Reduce in units of one line's elements.
+void line_data_op(BlockCtx& x, const cu::DevOp& op, std::mt19937& rng, bool slow, const char* phase) {
+  int64_t lo, hi;
+  share(op, x, &lo, &hi);
+  const int64_t mid = lo + (hi - lo) / 2 / kLineElems * kLineElems;
+  for (int64_t e0 = lo; e0 < hi; e0 += kLineElems) {
+    if (e0 == mid) pause(rng, slow);
+    const int64_t k = std::min(kLineElems, hi - e0);
+    int32_t acc[kLineElems], v[kLineElems];
+    load_unit(x, x.c.plan.srcs[op.src_begin], e0, k, acc, phase);
+    for (int s = 1; s < op.src_count; ++s) {
+      load_unit(x, x.c.plan.srcs[op.src_begin + s], e0, k, v, phase);
+      for (int64_t j = 0; j < k; ++j)
+        acc[j] = static_cast<int32_t>(static_cast<uint32_t>(acc[j]) + static_cast<uint32_t>(v[j]));
+    }
+    store_unit(x, op.dst, e0, k, acc, phase);
+  }
+}
+
+// end_launch: the last block to finish advances the epochs and raises Done.
+void end_launch(BlockCtx& x) {
+  RankState& me = *x.g.ranks[x.r];
+  std::lock_guard<std::mutex> lk(me.finish_mu);
+  if (me.finish_acc.empty()) me.finish_acc.assign(x.vc.size(), 0);
+  join(me.finish_acc, x.vc);
+  if (++me.finished < x.c.blocks) return;
+  me.finished = 0;
+  join(x.vc, me.finish_acc);
+  me.finish_acc.assign(x.vc.size(), 0);
+  const uint64_t next = x.base + x.c.plan.steps + 1;
+  me.pbase = x.base;
+  me.base = next;
+  me.lbase = x.lbase + x.c.plan.local_syncs;
+  if (x.c.lines) ++me.lseq;
+  for (int q = 0; q < x.g.world; ++q)
+    if (q != x.r) {
+      x.g.sync(q, cu::kDone, x.r, 0).release(next, x.vc, x.t);
+      x.g.flag(q, cu::kDone, x.r, 0).store(next, std::memory_order_release);
+    }
+}
+
+// The body of plan_kernel<int32_t> (or line_kernel<int32_t>) for block b of rank r.
 void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool slow, VC& vc) {
   RankState& me = *g.ranks[r];
-  const int t = r * kBlocks + b;
   const int G = c.blocks;
-  const uint64_t base = me.base, lbase = me.lbase;
+  BlockCtx x{g, r, b, r * kBlocks + b, c, me.base, me.lbase, me.lseq, vc};
+  const uint64_t pbase = me.pbase;
+  if (!c.lines) wait_done(x, x.base);
+  else if (g_mutation != Mutation::NoReuseWait) wait_done(x, pbase);  // NOTE [line plans]
   auto acquire_all = [&](int at, int kind, int from, uint64_t target) {
     for (int k = 0; k < G; ++k) g.sync(at, kind, from, k).acquire(target, vc);
-  };
-  for (int q = 0; q < g.world; ++q)
-    if (q != r) {  // one Done word per peer
-      wait_all(&g.flag(r, cu::kDone, q, 0), 1, base, "Done");
-      g.sync(r, cu::kDone, q, 0).acquire(base, vc);
-    }
-  struct Ptr {
-    int32_t* p;
-    Cell* cell;
-  };
-  auto resolve = [&](const cu::DevRef& ref) -> Ptr {
-    switch (ref.buf) {
-      case cu::kInput: {
-        const Call& o = ref.rank == r ? c : c.all[ref.rank];  // a peer's input: zero-copy plans
-        return {o.in + ref.offset, o.cells + (o.in - o.mem) + ref.offset};
-      }
-      case cu::kOutput: return {c.out + ref.offset, c.cells + (c.out - c.mem) + ref.offset};
-      default: return {g.ranks[ref.rank]->ws.data() + ref.offset, g.ranks[ref.rank]->ws_cells.data() + ref.offset};
-    }
   };
   for (const cu::DevOp& op : c.plan.ops) {
     pause(rng, slow);
     const char* phase = cu::interned_name(op.phase);
     switch (op.code) {
       case cu::kWait:
-        wait_all(&g.flag(r, op.flag, op.peer, 0), G, base + op.value, "Staged/Consumed");
-        acquire_all(r, op.flag, op.peer, base + op.value);
+        if (c.lines) break;  // carried by the lines
+        wait_all(&g.flag(r, op.flag, op.peer, 0), G, x.base + op.value, "Staged/Consumed");
+        acquire_all(r, op.flag, op.peer, x.base + op.value);
         break;
       case cu::kSignal:
-        g.sync(op.peer, op.flag, r, b).release(base + op.value, vc, t);
-        g.flag(op.peer, op.flag, r, b).store(base + op.value, std::memory_order_release);
+        if (c.lines) break;
+        g.sync(op.peer, op.flag, r, b).release(x.base + op.value, vc, x.t);
+        g.flag(op.peer, op.flag, r, b).store(x.base + op.value, std::memory_order_release);
         break;
       case cu::kLocalSync:
-        me.local_sync[b].release(lbase + op.value, vc, t);
-        me.local[b].store(lbase + op.value, std::memory_order_release);
-        wait_all(me.local.data(), G, lbase + op.value, "local");
-        for (int k = 0; k < G; ++k) me.local_sync[k].acquire(lbase + op.value, vc);
+        me.local_sync[b].release(x.lbase + op.value, vc, x.t);
+        me.local[b].store(x.lbase + op.value, std::memory_order_release);
+        wait_all(me.local.data(), G, x.lbase + op.value, "local");
+        for (int k = 0; k < G; ++k) me.local_sync[k].acquire(x.lbase + op.value, vc);
         break;
       case cu::kCopy:
-      case cu::kReduce: {
-        const int64_t per = cu::part_size(op.n, G, kEsize), lo = b * per, hi = std::min(op.n, lo + per);
-        if (lo >= hi) break;
-        Ptr dst = resolve(op.dst);
-        std::vector<Ptr> srcs;
-        for (int k = 0; k < op.src_count; ++k) srcs.push_back(resolve(c.plan.srcs[op.src_begin + k]));
-        const int64_t mid = lo + (hi - lo) / 2;  // a pause in the middle of the block's share
-        for (int64_t i = lo; i < hi; ++i) {
-          if (i == mid) pause(rng, slow);
-          if (op.code == cu::kCopy && srcs[0].p == dst.p) continue;  // the kernel skips dst == src copies
-          int32_t v = 0;
-          for (size_t k = 0; k < srcs.size(); ++k) {
-            on_read(srcs[k].cell + i, vc, t, phase);
-            v = k == 0 ? srcs[k].p[i] : static_cast<int32_t>(static_cast<uint32_t>(v) + static_cast<uint32_t>(srcs[k].p[i]));
-          }
-          on_write(dst.cell + i, vc, t, phase);
-          dst.p[i] = v;
-        }
+      case cu::kReduce:
+        if (c.lines) line_data_op(x, op, rng, slow, phase);
+        else plan_data_op(x, op, rng, slow, phase);
         break;
-      }
     }
   }
-  // The last block to finish advances the epochs and raises Done.
-  std::lock_guard<std::mutex> lk(me.finish_mu);
-  if (me.finish_acc.empty()) me.finish_acc.assign(vc.size(), 0);
-  join(me.finish_acc, vc);
-  if (++me.finished < G) return;
-  me.finished = 0;
-  join(vc, me.finish_acc);
-  me.finish_acc.assign(vc.size(), 0);
-  const uint64_t next = base + c.plan.steps + 1;
-  me.base = next;
-  me.lbase = lbase + c.plan.local_syncs;
-  for (int q = 0; q < g.world; ++q)
-    if (q != r) {
-      g.sync(q, cu::kDone, r, 0).release(next, vc, t);
-      g.flag(q, cu::kDone, r, 0).store(next, std::memory_order_release);
-    }
+  end_launch(x);
 }
 
-enum class Kind { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll };
+// ---- collectives ---------------------------------------------------------------
+enum class Kind { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll, Reduce, Gather, Scatter, Interleaved };
+constexpr int kKinds = 9;
 enum class Layout { Disjoint, InPlace };  // InPlace: the c10d in-place form of the op
 
 struct Case {
@@ -314,14 +541,32 @@ struct Case {
   std::vector<std::vector<int64_t>> splits;
   int blocks = kBlocks;
   bool zero_copy = false;
-  bool push = false;  // NOTE [push]
+  bool push = false;    // NOTE [push]
+  bool lines = false;   // the host tries flagged lines (NOTE [line plans])
+  int64_t rows = 1, row_len = 0;  // Interleaved: n = rows * row_len
 };
 
 std::string name_of(const Case& c) {
-  static const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"};
+  static const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
+                                "reduce",     "gather",     "scatter",        "interleaved_all_gather"};
   return std::string(kinds[static_cast<int>(c.kind)]) + (c.layout == Layout::InPlace ? " in-place" : "") +
-         (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.push ? " push" : "") + " n=" + std::to_string(c.n) +
-         " blocks=" + std::to_string(c.blocks);
+         (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.push ? " push" : "") +
+         (c.lines ? " lines" : "") + " n=" + std::to_string(c.n) + " blocks=" + std::to_string(c.blocks);
+}
+
+snac::Spec spec_of(const Case& cs, int W) {
+  switch (cs.kind) {
+    case Kind::AllReduce: return snac::all_reduce(W, cs.n, RedOp::Sum);
+    case Kind::AllGather: return snac::all_gather(W, cs.n);
+    case Kind::ReduceScatter: return snac::reduce_scatter(W, cs.n, RedOp::Sum);
+    case Kind::Broadcast: return snac::broadcast(W, cs.n, cs.root);
+    case Kind::AllToAll: return snac::all_to_all(W, cs.splits);
+    case Kind::Reduce: return snac::reduce(W, cs.n, RedOp::Sum, cs.root);
+    case Kind::Gather: return snac::gather(W, cs.n, cs.root);
+    case Kind::Scatter: return snac::scatter(W, cs.n, cs.root);
+    case Kind::Interleaved: return snac::interleaved_all_gather(W, cs.rows, cs.row_len);
+  }
+  return {};
 }
 
 // The engine's rule (cuda_group.cc, NOTE [zero-copy in place]).
@@ -330,114 +575,193 @@ bool zero_copy_allowed(Kind k, cu::IoAlias alias, bool two_shot) {
   return alias == cu::IoAlias::Same && ((k == Kind::AllReduce && two_shot) || k == Kind::Broadcast);
 }
 
+// request.cc's direct_local_reads (NOTE [direct local reads]) for the layouts made here.
+bool direct_local_reads(Kind k, cu::IoAlias alias, int64_t shift, int r, int64_t n) {
+  switch (alias) {
+    case cu::IoAlias::Disjoint: return true;
+    case cu::IoAlias::Same: return k == Kind::AllReduce || k == Kind::Reduce || k == Kind::Broadcast;
+    case cu::IoAlias::Shifted:
+      if (k == Kind::AllGather) return shift == r * n;
+      if (k == Kind::ReduceScatter) return shift == -r * n;
+      return false;
+    default: return false;
+  }
+}
+
+// CudaGroup::lines_wanted: rank 0's bytes within the line budget (int32: no
+// PREMUL_SUM, 4-byte elements).
+bool lines_wanted(const Group& g, const snac::Spec& spec) {
+  return g.world > 1 && std::max(spec.input_numel[0], spec.output_numel[0]) * kEsize <= kLineMaxBytes;
+}
+
+// CudaGroup::plan_for's line branch: a one-round push plan of a spec with
+// contiguous sources that fits one parity of the line region.
+bool line_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
+  for (const auto& ch : spec.chunks)
+    for (const auto& src : ch.sources)
+      if (src.region.rows > 1 && src.region.stride != src.region.row_len) return false;
+  opt.push = true;
+  opt.read_peer_inputs = false;
+  opt.reduce_algo = snac::ReduceAlgo::OneShot;
+  opt.slot_elems = g.line_slot_elems / opt.align_elems * opt.align_elems;
+  try {
+    *plan = snac::make_plan(spec, r, opt);
+  } catch (const std::invalid_argument&) {
+    return false;  // the region cannot hold it
+  }
+  return plan->rounds == 1;
+}
+
 // One collective as every rank calls it: plans, memory, inputs.
 struct Prepared {
-  Case cs;
+  Case cs;  // as run: lines set when it runs on lines
   std::vector<std::vector<int32_t>> mem, inputs;
   std::vector<std::vector<Cell>> cells;
   std::vector<Call> calls;
 };
 
+// The rank's Input / Output in its memory: c10d's in-place forms where the
+// collective has one (else disjoint).
+void place_io(const Case& cs, const snac::Spec& spec, int r, int32_t* mem, int32_t** in, int32_t** out) {
+  const int64_t n = cs.n;
+  *in = mem;
+  *out = mem + spec.input_numel[r];
+  if (cs.layout != Layout::InPlace) return;
+  switch (cs.kind) {
+    case Kind::AllReduce: case Kind::Broadcast: case Kind::Reduce: *out = *in; break;  // the same tensor
+    case Kind::AllGather: *in = *out + r * n; break;                                  // input is the output's block r
+    case Kind::ReduceScatter: *out = *in + r * n; break;                              // output is the input's block r
+    case Kind::Gather: if (r == cs.root) *in = *out + r * n; break;                   // the root's block, staged
+    case Kind::Scatter: if (r == cs.root) *out = *in + r * n; break;
+    case Kind::AllToAll: case Kind::Interleaved: break;
+  }
+}
+
+// Rank r's plan options for a plan-kernel run (cuda_group.cc plan_for).
+snac::PlanOptions plan_options(const Group& g, const Case& cs, int r, cu::IoAlias alias, int64_t shift) {
+  snac::PlanOptions opt;
+  opt.align_elems = cu::kPartBytes / kEsize;
+  opt.slot_elems = g.slot_elems;
+  opt.direct_local = direct_local_reads(cs.kind, alias, shift, r, cs.n);
+  opt.read_peer_inputs = cs.zero_copy && zero_copy_allowed(cs.kind, alias, cs.two_shot);
+  opt.push = cs.push;
+  opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
+  return opt;
+}
+
 Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
   const int W = g.world;
-  const int64_t n = cs.n;
-  snac::Spec spec;
-  switch (cs.kind) {
-    case Kind::AllReduce: spec = snac::all_reduce(W, n, RedOp::Sum); break;
-    case Kind::AllGather: spec = snac::all_gather(W, n); break;
-    case Kind::ReduceScatter: spec = snac::reduce_scatter(W, n, RedOp::Sum); break;
-    case Kind::Broadcast: spec = snac::broadcast(W, n, cs.root); break;
-    case Kind::AllToAll: spec = snac::all_to_all(W, cs.splits); break;
-  }
+  const snac::Spec spec = spec_of(cs, W);
   Prepared p;
   p.cs = cs;
+  p.cs.lines = false;
   p.mem.resize(W);
   p.cells.resize(W);
   p.inputs.resize(W);
   p.calls.resize(W);
+  std::vector<snac::PlanOptions> opts(W);
+  std::vector<cu::IoAlias> aliases(W);
+  std::vector<int64_t> shifts(W);
+  std::vector<snac::Plan> plans(W);
+  int on_lines = 0;
   for (int r = 0; r < W; ++r) {
     const int64_t ni = spec.input_numel[r], no = spec.output_numel[r];
     std::uniform_int_distribution<int32_t> val(-1000, 1000);
     p.inputs[r].resize(ni);
     for (auto& v : p.inputs[r]) v = val(rng);
     p.mem[r].assign(ni + no + 8, -7777777);
-    int32_t* in = p.mem[r].data();
-    int32_t* out = p.mem[r].data() + ni;
-    if (cs.layout == Layout::InPlace) {  // c10d's in-place forms
-      switch (cs.kind) {
-        case Kind::AllReduce: case Kind::Broadcast: out = in; break;  // the same tensor
-        case Kind::AllGather: in = out + r * n; break;                // input is the output's block r
-        case Kind::ReduceScatter: out = in + r * n; break;            // output is the input's block r
-        case Kind::AllToAll: break;
-      }
-    }
+    int32_t *in, *out;
+    place_io(cs, spec, r, p.mem[r].data(), &in, &out);
     std::copy(p.inputs[r].begin(), p.inputs[r].end(), in);
     // The engine's classification (request.cc io_alias, NOTE [direct local
-    // reads]): c10d's in-place forms are Same or Shifted, all read directly.
-    cu::IoAlias alias = cu::IoAlias::Disjoint;
-    int64_t shift = 0;
-    if (cs.layout == Layout::InPlace && cs.kind != Kind::AllToAll) {
-      alias = in == out ? cu::IoAlias::Same : cu::IoAlias::Shifted;
-      shift = in - out;
-    }
-    snac::PlanOptions opt;
-    opt.align_elems = cu::kPartBytes / kEsize;
-    opt.slot_elems = g.slot_elems;
-    opt.direct_local = true;
-    opt.read_peer_inputs = cs.zero_copy && zero_copy_allowed(cs.kind, alias, cs.two_shot);
-    opt.push = cs.push;
-    opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
-    p.calls[r].plan = cu::lower_plan(snac::make_plan(spec, r, opt), cs.blocks, kEsize, alias, shift);
-    p.calls[r].blocks = cs.blocks;
-    p.calls[r].zero_copy = opt.read_peer_inputs;
+    // reads]): c10d's in-place forms are Same or Shifted.
+    aliases[r] = cu::IoAlias::Disjoint;
+    if (cs.layout == Layout::InPlace && (in == out || in != p.mem[r].data() || out != p.mem[r].data() + ni))
+      aliases[r] = in == out ? cu::IoAlias::Same : cu::IoAlias::Shifted;
+    shifts[r] = aliases[r] == cu::IoAlias::Shifted ? in - out : 0;
+    opts[r] = plan_options(g, cs, r, aliases[r], shifts[r]);
+    on_lines += cs.lines && lines_wanted(g, spec) && line_plan(g, spec, r, opts[r], &plans[r]);
     p.cells[r].resize(p.mem[r].size());
     p.calls[r].in = in;
     p.calls[r].out = out;
     p.calls[r].mem = p.mem[r].data();
     p.calls[r].cells = p.cells[r].data();
     p.calls[r].all = p.calls.data();
+  }
+  if (on_lines != 0 && on_lines != W) {  // plan_for's choice must be rank-invariant
+    std::printf("FAIL %s world=%d: %d of %d ranks chose a line plan\n", name_of(cs).c_str(), W, on_lines, W);
+    ++g_failed;
+  }
+  const bool lines = on_lines == W;
+  if (lines) {  // the line plan replaces push / zero-copy / two-shot choices
+    p.cs.lines = true;
+    p.cs.push = true;
+    p.cs.zero_copy = p.cs.two_shot = false;
+  }
+  for (int r = 0; r < W; ++r) {
+    if (!lines) plans[r] = snac::make_plan(spec, r, opts[r]);
+    p.calls[r].plan = cu::lower_plan(plans[r], cs.blocks, kEsize, aliases[r], shifts[r]);
+    p.calls[r].blocks = cs.blocks;
+    p.calls[r].zero_copy = !lines && opts[r].read_peer_inputs;
+    p.calls[r].lines = lines;
     g_ops += static_cast<int64_t>(p.calls[r].plan.ops.size());
     g_syncs += p.calls[r].plan.local_syncs;
   }
   return p;
 }
 
-void check(const Group& g, const Prepared& p) {
-  const int W = g.world;
+// What rank r's output must hold (nothing for ranks without one).
+std::vector<int32_t> expected(const Prepared& p, int W, int r) {
   const Case& cs = p.cs;
   const int64_t n = cs.n;
-  for (int r = 0; r < W; ++r) {
-    std::vector<int32_t> want;
-    switch (cs.kind) {
-      case Kind::AllReduce:
-        want.assign(n, 0);
-        for (int s = 0; s < W; ++s)
-          for (int64_t i = 0; i < n; ++i) want[i] += p.inputs[s][i];
-        break;
-      case Kind::AllGather:
-        for (int s = 0; s < W; ++s) want.insert(want.end(), p.inputs[s].begin(), p.inputs[s].end());
-        break;
-      case Kind::ReduceScatter:
-        want.assign(n, 0);
-        for (int s = 0; s < W; ++s)
-          for (int64_t i = 0; i < n; ++i) want[i] += p.inputs[s][r * n + i];
-        break;
-      case Kind::Broadcast:
-        if (r == cs.root && cs.layout == Layout::Disjoint) continue;  // the root's output is not written
-        want = r == cs.root ? p.inputs[r] : p.inputs[cs.root];
-        break;
-      case Kind::AllToAll:
-        for (int s = 0; s < W; ++s) {
-          int64_t off = 0;
-          for (int d = 0; d < r; ++d) off += cs.splits[s][d];
-          want.insert(want.end(), p.inputs[s].begin() + off, p.inputs[s].begin() + off + cs.splits[s][r]);
-        }
-        break;
-    }
+  std::vector<int32_t> want;
+  auto sum_block = [&](int64_t at) {  // elements [at, at + n) reduced over the ranks
+    want.assign(n, 0);
+    for (int s = 0; s < W; ++s)
+      for (int64_t i = 0; i < n; ++i) want[i] += p.inputs[s][at + i];
+  };
+  auto append = [&](int s, int64_t at, int64_t len) {
+    want.insert(want.end(), p.inputs[s].begin() + at, p.inputs[s].begin() + at + len);
+  };
+  switch (cs.kind) {
+    case Kind::AllReduce: sum_block(0); break;
+    case Kind::AllGather:
+      for (int s = 0; s < W; ++s) append(s, 0, n);
+      break;
+    case Kind::ReduceScatter: sum_block(r * n); break;
+    case Kind::Broadcast:
+      if (r == cs.root && cs.layout == Layout::Disjoint) break;  // the root's output is not written
+      want = r == cs.root ? p.inputs[r] : p.inputs[cs.root];
+      break;
+    case Kind::AllToAll:
+      for (int s = 0; s < W; ++s) {
+        int64_t off = 0;
+        for (int d = 0; d < r; ++d) off += cs.splits[s][d];
+        append(s, off, cs.splits[s][r]);
+      }
+      break;
+    case Kind::Reduce:
+      if (r == cs.root) sum_block(0);
+      break;
+    case Kind::Gather:
+      for (int s = 0; r == cs.root && s < W; ++s) append(s, 0, n);
+      break;
+    case Kind::Scatter: append(cs.root, r * n, n); break;
+    case Kind::Interleaved:  // output row (i * W + s) = rank s's row i
+      for (int64_t i = 0; i < cs.rows; ++i)
+        for (int s = 0; s < W; ++s) append(s, i * cs.row_len, cs.row_len);
+      break;
+  }
+  return want;
+}
+
+void check(const Group& g, const Prepared& p) {
+  for (int r = 0; r < g.world; ++r) {
+    const std::vector<int32_t> want = expected(p, g.world, r);
     for (size_t i = 0; i < want.size(); ++i)
       if (p.calls[r].out[i] != want[i]) {
         std::printf("FAIL %s world=%d slot=%lld rank %d: element %zu is %d, expected %d (local barriers %u)\n",
-                    name_of(cs).c_str(), W, (long long)g.slot_elems, r, i, p.calls[r].out[i], want[i],
+                    name_of(p.cs).c_str(), g.world, (long long)g.slot_elems, r, i, p.calls[r].out[i], want[i],
                     p.calls[r].plan.local_syncs);
         ++g_failed;
         break;
@@ -472,13 +796,59 @@ void run_sequence(Group& g, const std::vector<Prepared>& seq, unsigned seed) {
         }
       });
   for (auto& t : threads) t.join();
-  for (const Prepared& p : seq) g_launches += p.calls[0].plan.rounds > 0;
+  for (const Prepared& p : seq) {
+    g_launches += p.calls[0].plan.rounds > 0;
+    g_line_launches += p.calls[0].plan.rounds > 0 && p.calls[0].lines;
+  }
+}
+
+// A random collective. About 40% of those of a group of several ranks are
+// small ones for which the host tries flagged lines.
+Case random_case(int world, std::mt19937& rng) {
+  Case c;
+  c.kind = static_cast<Kind>(rng() % kKinds);
+  c.layout = rng() % 2 ? Layout::InPlace : Layout::Disjoint;
+  c.lines = world > 1 && rng() % 5 < 2;
+  static const int64_t sizes[] = {0, 1, 5, 127, 128, 129, 700, 1000, 2049, 5000};
+  static const int64_t small[] = {1, 2, 5, 64, 127, 128, 129, 255, 300, 512};
+  c.n = c.lines ? small[rng() % 10] : sizes[rng() % 10];
+  c.two_shot = c.kind == Kind::AllReduce && rng() % 2;
+  c.blocks = 1 + static_cast<int>(rng() % kBlocks);
+  c.zero_copy = rng() % 3 == 0;
+  c.push = rng() % 2 == 0;
+  // In-place gather / scatter alias on the root only: its zero-copy choice
+  // would differ from its peers' (the call tags would refuse the call).
+  if ((c.kind == Kind::Gather || c.kind == Kind::Scatter) && c.layout == Layout::InPlace) c.zero_copy = false;
+  if (c.kind == Kind::AllToAll || c.kind == Kind::Interleaved) c.layout = Layout::Disjoint;  // no in-place form
+  c.root = static_cast<int>(rng() % world);
+  c.splits.assign(world, std::vector<int64_t>(world, 0));
+  for (auto& row : c.splits)
+    for (auto& s : row) s = rng() % 4 == 0 ? 0 : static_cast<int64_t>(rng() % (c.lines ? 200 : 900));
+  if (c.kind == Kind::Interleaved) {  // odd rows: unaligned line reads
+    c.row_len = 1 + 2 * static_cast<int64_t>(rng() % 3);
+    c.rows = 1 + c.n / c.row_len % 24;
+    c.n = c.rows * c.row_len;
+  }
+  return c;
+}
+
+Mutation parse_mutation(const char* s) {
+  const std::string m = s ? s : "";
+  if (m == "no-reuse-wait") return Mutation::NoReuseWait;
+  if (m == "one-parity") return Mutation::OneParity;
+  if (m == "short-flag-period") return Mutation::ShortFlagPeriod;
+  if (!m.empty()) {
+    std::fprintf(stderr, "unknown mutation '%s' (no-reuse-wait, one-parity, short-flag-period)\n", s);
+    std::exit(2);
+  }
+  return Mutation::None;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 150;
+  g_mutation = parse_mutation(argc > 2 ? argv[2] : nullptr);
   std::mt19937 rng(12345);
   int ran = 0;
   {  // W=1, pieces of 512 / 513 elements: only the local barriers order round 0's reads before round 2's staging
@@ -493,29 +863,16 @@ int main(int argc, char** argv) {
     for (int64_t slot : {int64_t{512}, int64_t{1024}, int64_t{1} << 20}) {
       Group g(world, slot);
       std::vector<Prepared> seq;
-      for (int it = 0; it < iters; ++it) {
-        Case c;
-        c.kind = static_cast<Kind>(rng() % 5);
-        c.layout = rng() % 2 ? Layout::InPlace : Layout::Disjoint;
-        static const int64_t sizes[] = {0, 1, 5, 127, 128, 129, 700, 1000, 2049, 5000};
-        c.n = sizes[rng() % 10];
-        c.two_shot = c.kind == Kind::AllReduce && rng() % 2;
-        c.blocks = 1 + static_cast<int>(rng() % kBlocks);
-        c.zero_copy = rng() % 3 == 0;
-        c.push = rng() % 2 == 0;
-        c.root = static_cast<int>(rng() % world);
-        c.splits.assign(world, std::vector<int64_t>(world, 0));
-        for (auto& row : c.splits)
-          for (auto& s : row) s = rng() % 4 == 0 ? 0 : static_cast<int64_t>(rng() % 900);
-        seq.push_back(prepare(g, c, rng));
-      }
+      for (int it = 0; it < iters; ++it) seq.push_back(prepare(g, random_case(world, rng), rng));
       run_sequence(g, seq, static_cast<unsigned>(rng()));
       for (const Prepared& p : seq) check(g, p);
       ran += iters;
     }
   }
   g_failed += static_cast<int>(g_races.load() > 0);
-  std::printf("cuda plan emulation: %d collectives (%lld launched, %lld ops, %lld local barriers), %lld races, %d failed\n",
-              ran, (long long)g_launches, (long long)g_ops, (long long)g_syncs, (long long)g_races.load(), g_failed);
+  std::printf("cuda plan emulation: %d collectives (%lld launched, %lld on flagged lines, %lld ops, %lld local barriers), "
+              "%lld races, %d failed\n",
+              ran, (long long)g_launches, (long long)g_line_launches, (long long)g_ops, (long long)g_syncs,
+              (long long)g_races.load(), g_failed);
   return g_failed ? 1 : 0;
 }

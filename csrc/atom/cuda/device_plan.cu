@@ -79,6 +79,7 @@ DevRef dev_ref(const snac::Ref& r) {
   d.offset = r.offset;
   d.rank = r.rank;
   d.buf = static_cast<uint8_t>(r.buf);  // snac::Buf has DevBuf's numbers
+  d.origin = static_cast<int16_t>(r.origin >= 0 ? r.origin : r.rank);
   return d;
 }
 

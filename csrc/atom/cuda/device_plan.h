@@ -38,7 +38,8 @@ struct DevRef {
   int64_t offset;  // elements
   int32_t rank;    // Workspace owner
   uint8_t buf;     // DevBuf
-  uint8_t pad_[3];
+  uint8_t reserved_;
+  int16_t origin;  // whose contribution it holds (snac::Ref::origin, else rank): error records
 };
 
 struct DevOp {

@@ -13,6 +13,15 @@ int LaunchConfig::blocks_for(int64_t bytes) const {
   return max_blocks;
 }
 
+// NOTE [line plans]: a line kernel's threads are latency-bound (each polls
+// its lines), so it takes one 8-byte line per thread and op: bytes / 8 /
+// threads blocks, within [1, max_blocks].
+int LaunchConfig::line_blocks_for(int64_t bytes) const {
+  if (fixed_blocks > 0) return fixed_blocks;
+  const int64_t per_block = static_cast<int64_t>(threads) * 8;
+  return static_cast<int>(std::clamp<int64_t>((bytes + per_block - 1) / per_block, 1, max_blocks));
+}
+
 LaunchConfig make_launch_config(const char* name, int threads, std::initializer_list<std::pair<int64_t, int>> steps,
                                 int max_blocks, const DeviceInfo& d) {
   LaunchConfig c;

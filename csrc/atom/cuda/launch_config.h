@@ -33,6 +33,8 @@ struct LaunchConfig {
 
   // Blocks for a collective whose Spec moves `bytes` (rank-invariant).
   int blocks_for(int64_t bytes) const;
+  // Blocks for a line collective (line_kernel.cuh) of `bytes` per rank (rank-invariant).
+  int line_blocks_for(int64_t bytes) const;
 };
 
 // A config from its table: (up to bytes, blocks) steps in increasing size,

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "atom/cuda/plan_kernel.cuh"
+#include "atom/cuda/launch_typed.cuh"
 
 namespace purlin::atom::cuda {
 
@@ -85,6 +85,8 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   if (l.ops && !l.srcs) bad("device plan without sources");
   if (l.inline_plan && !l.ops && l.n_ops > kInlineOps) bad("inline plan too long");
   if (l.reduces && !can_reduce(l.dtype)) bad(std::string("no CUDA reduction for ") + dtype_name(l.dtype));
+  if (l.lines && (l.layout.line_offset <= 0 || dtype_size(l.dtype) > 8 || l.redop == RedOp::PremulSum))
+    bad("this plan cannot run on flagged lines");
 
   static_assert(sizeof(KernelParams) <= 4000, "plan kernel parameters must stay under 4 KB");
   KernelParams k;
@@ -107,7 +109,10 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   k.rank = l.rank;
   k.redop = static_cast<int>(l.redop);
   k.op_name = l.op_name;
-  k.reuse_phase = intern_name("start: wait until every peer finished the previous collective");
+  k.reuse_phase = intern_name(l.lines ? "start: wait until every peer finished the collective before last"
+                                      : "start: wait until every peer finished the previous collective");
+  k.line_phase = intern_name("consume: wait for a flagged line");
+  k.lines = l.lines ? 1 : 0;
   return l.reduces ? launch_reducing(l.dtype, k, l.blocks, l.threads, stream)
                    : launch_copying(dtype_size(l.dtype), k, l.blocks, l.threads, stream);
 }

@@ -3,7 +3,7 @@
 // Same semantics as snac::execute (executor.cc) with an Atom made of the
 // pieces next to this file: signal.cuh (Wait/Signal), copy.cuh (Copy),
 // reduce.cuh (Reduce). Shape: KernelParams (the memory it touches), the
-// kernel, launch_typed (the host side, instantiated per element type in
+// kernel; launch_typed.cuh launches it (instantiated per element type in
 // plan_kernel_<family>.cu; the checked entry point is launch_plan).
 //
 // NOTE [device reuse] A GPU collective has no host arrival handshake, so
@@ -68,6 +68,8 @@ struct KernelParams {
   int redop;
   uint32_t op_name;
   uint32_t reuse_phase;  // interned phase name of the Done wait
+  uint32_t line_phase;   // interned phase name of a flagged-line poll
+  int lines;             // 1: run the plan over flagged lines (line_kernel.cuh)
 };
 
 __device__ __forceinline__ uint64_t call_tag(uint64_t sig, uint64_t base) {
@@ -108,6 +110,50 @@ __device__ void reduce_by_op(int redop, T* dst, const T* const* srcs, const Acc*
       }
       return;  // excluded by reduction_supported()
   }
+}
+
+// NOTE [device reuse] / [device epochs]: the last block to finish advances
+// the epochs and raises Done at every peer. Each block's fence orders its
+// accesses before its count; the last block's fence orders the others'
+// (observed through the count) before its Done release. pbase and lseq serve
+// line collectives (NOTE [flagged lines]).
+// NOTE [line Done] A line launch's Done only has to say that its reads are
+// over (its writes are lines, validated by their flags, or local): every
+// block counts itself after a barrier that its threads reach only with the
+// values of their loads in hand, so the fences and the release are dropped
+// (2 us of a 6 us broadcast on 2x H200). Plan launches keep them.
+__device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base, uint64_t lbase, int G, bool line_run) {
+  const PadLayout& L = p.layout;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (!line_run) __threadfence();
+    const unsigned long long ended = atomicAdd(reinterpret_cast<unsigned long long*>(p.pad + L.finished()), 1ull);
+    if (ended == static_cast<unsigned long long>(G - 1)) {
+      if (!line_run) __threadfence();
+      const uint64_t next = base + p.steps + 1;
+      p.pad[L.finished()] = 0;
+      p.pad[L.pbase()] = base;
+      p.pad[L.base()] = next;
+      p.pad[L.lbase()] = lbase + p.local_syncs;
+      if (line_run) p.pad[L.lseq()] += 1;
+      for (int q = 0; q < L.world; ++q) {
+        if (q == p.rank) continue;
+        uint64_t* done = peer_pad(p, q) + L.flag(kDone, p.rank, 0);
+        if (line_run) ptx::st_relaxed_sys(done, next);
+        else ptx::st_release_sys(done, next);
+      }
+    }
+  }
+}
+
+// A rank's block-to-block barrier (NOTE [local barriers] in device_plan.h).
+__device__ __forceinline__ bool local_sync(const KernelParams& p, const DevOp& op, uint64_t lbase, const WaitSite& site,
+                                           int G) {
+  __syncthreads();
+  if (threadIdx.x == 0) ptx::st_release_gpu(p.pad + p.layout.local(blockIdx.x), lbase + op.value);
+  WaitSite local = site;
+  local.base = lbase;
+  return wait_all<false>(p.pad + p.layout.local(0), G, lbase + op.value, local, p.rank, kLocal, op.phase);
 }
 
 }  // namespace detail
@@ -171,14 +217,9 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
         __syncthreads();
         if (tid == 0) ptx::st_release_sys(detail::peer_pad(p, op.peer) + L.flag(op.flag, p.rank, b), base + op.value);
         break;
-      case kLocalSync: {
-        __syncthreads();
-        if (tid == 0) ptx::st_release_gpu(p.pad + L.local(b), lbase + op.value);
-        WaitSite local = site;
-        local.base = lbase;
-        if (!wait_all<false>(p.pad + L.local(0), G, lbase + op.value, local, p.rank, kLocal, op.phase)) return;
+      case kLocalSync:
+        if (!detail::local_sync(p, op, lbase, site, G)) return;
         break;
-      }
       case kCopy: {
         const int64_t per = part_size(op.n, G, kE), lo = b * per;
         const int64_t hi = op.n < lo + per ? op.n : lo + per;
@@ -213,36 +254,7 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
     }
   }
 
-  // NOTE [device reuse] / [device epochs]: the last block to finish advances
-  // the epochs and raises Done at every peer. Each block's fence orders its
-  // accesses before its count; the last block's fence orders the others'
-  // (observed through the count) before its Done release.
-  __syncthreads();
-  if (tid == 0) {
-    __threadfence();
-    const unsigned long long ended = atomicAdd(reinterpret_cast<unsigned long long*>(p.pad + L.finished()), 1ull);
-    if (ended == static_cast<unsigned long long>(G - 1)) {
-      __threadfence();
-      const uint64_t next = base + p.steps + 1;
-      p.pad[L.finished()] = 0;
-      p.pad[L.base()] = next;
-      p.pad[L.lbase()] = lbase + p.local_syncs;
-      for (int q = 0; q < L.world; ++q)
-        if (q != p.rank) ptx::st_release_sys(detail::peer_pad(p, q) + L.flag(kDone, p.rank, 0), next);
-    }
-  }
+  detail::end_launch(p, base, lbase, G, false);
 }
-
-template <class T>
-cudaError_t launch_typed(const KernelParams& p, int blocks, int threads, cudaStream_t stream) {
-  plan_kernel<T><<<blocks, threads, 0, stream>>>(p);
-  return cudaGetLastError();
-}
-
-#define PURLIN_INSTANTIATE_PLAN_KERNEL(T) \
-  template cudaError_t launch_typed<T>(const KernelParams& p, int blocks, int threads, cudaStream_t stream);
-// Compiled once, in its instantiation unit, not in every includer.
-#define PURLIN_EXTERN_PLAN_KERNEL(T) \
-  extern template cudaError_t launch_typed<T>(const KernelParams& p, int blocks, int threads, cudaStream_t stream);
 
 }  // namespace purlin::atom::cuda

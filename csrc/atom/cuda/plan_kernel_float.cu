@@ -1,5 +1,5 @@
 // plan_kernel_float.cu — plan_kernel for floating element types.
-#include "atom/cuda/plan_kernel.cuh"
+#include "atom/cuda/launch_typed.cuh"
 
 namespace purlin::atom::cuda {
 PURLIN_INSTANTIATE_PLAN_KERNEL(float)

@@ -1,6 +1,6 @@
 // plan_kernel_int.cu — plan_kernel for integer element types (also the
 // copy-only kernels of 1, 2, 4 and 8-byte elements).
-#include "atom/cuda/plan_kernel.cuh"
+#include "atom/cuda/launch_typed.cuh"
 
 namespace purlin::atom::cuda {
 PURLIN_INSTANTIATE_PLAN_KERNEL(int8_t)

@@ -3,6 +3,7 @@
 //
 //   st_release_{sys,gpu}   st.release: publishes this thread's (and, after a
 //                          barrier, its block's) earlier writes with the value
+//   st_relaxed_sys         st.relaxed.sys: a value, visible to peers, ordering nothing
 //   ld_acquire_{sys,gpu}   ld.acquire: pairs with the release
 //   globaltimer_ns         %globaltimer, nanoseconds, for bounded waits
 //   ld_cg                  ld.global.cg: a load served by L2, never a stale
@@ -16,6 +17,9 @@ namespace purlin::atom::cuda::ptx {
 
 __device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void st_relaxed_sys(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
   uint64_t v;

@@ -18,7 +18,10 @@
 //                                    (NOTE [call tags], plan_kernel.cuh)
 //   pool_table[W]             W      every rank's symmetric pool (symmetric_pool.h)
 //                                    as mapped here; 0 while there is none
-// The workspace (SNAC's two slots) follows at pad_bytes().
+//   pbase                     1      base of the previous collective (NOTE [flagged lines])
+//   lseq                      1      line collectives this group ran (NOTE [flagged lines])
+// The workspace (SNAC's two slots) follows at pad_bytes(), then the line
+// region (two parities of line_half bytes, flagged_line.cuh) at line_offset.
 //
 // NOTE [device epochs] Flag values are epochs: base + plan step, never reset
 //   (NOTE [epochs] in snac/plan.h). Every block of a launch reads `base` at
@@ -39,8 +42,9 @@ namespace purlin::atom::cuda {
 
 // Flag kinds on the GPU. Staged and Consumed keep snac::Flag's numbers; Done
 // closes a collective (NOTE [device reuse] in plan_kernel.cuh). kLocal names
-// the local barrier in error records only.
-enum FlagKind : int { kDone = 0, kStaged = 1, kConsumed = 2, kFlagKinds = 3, kLocal = 3, kCallTag = 4 };
+// the local barrier in error records only;
+// kLine names a flagged line (NOTE [flagged lines]) in error records.
+enum FlagKind : int { kDone = 0, kStaged = 1, kConsumed = 2, kFlagKinds = 3, kLocal = 3, kCallTag = 4, kLine = 5 };
 
 // Copy-engine Atom flags (atom/cuda/ce_*): Arrive opens a CE collective,
 // Staged / Consumed carry its plan's steps, Leave closes it.
@@ -52,6 +56,8 @@ constexpr int kMaxWorld = 128;    // kernels keep per-source arrays of this size
 struct PadLayout {
   int world = 1;
   int blocks = 1;
+  int64_t line_offset = 0;  // bytes from the buffer start to the line region; 0: none
+  int64_t line_half = 0;    // bytes of one parity of the line region
 
   PURLIN_HD int64_t flag(int kind, int from, int block) const {
     return (static_cast<int64_t>(kind) * world + from) * blocks + block;
@@ -66,7 +72,9 @@ struct PadLayout {
   PURLIN_HD int64_t ce_flag(int kind, int from) const { return peer_table(0) + world + kind * world + from; }
   PURLIN_HD int64_t call_tag(int from) const { return ce_flag(0, 0) + kCeFlags * world + from; }
   PURLIN_HD int64_t pool_table(int rank) const { return call_tag(0) + world + rank; }
-  PURLIN_HD int64_t words() const { return pool_table(0) + world; }
+  PURLIN_HD int64_t pbase() const { return pool_table(0) + world; }
+  PURLIN_HD int64_t lseq() const { return pbase() + 1; }
+  PURLIN_HD int64_t words() const { return lseq() + 1; }
   // The workspace starts at this byte offset (4 KiB aligned).
   PURLIN_HD int64_t pad_bytes() const { return (words() * 8 + 4095) / 4096 * 4096; }
 };

@@ -30,20 +30,20 @@ namespace {
 struct Probe {
   std::string host, bus, error;
   int major = 0, minor = 0, sms = 0, blocks = 0;
-  int64_t ws = 0;
+  int64_t ws = 0, lines = 0;
 
   std::string encode() const {
     std::ostringstream os;
     // 'x' keeps hex fields non-empty for operator>>.
     os << 'x' << to_hex(host.data(), host.size()) << '\n' << bus << '\n' << major << '\n' << minor << '\n' << sms
-       << '\n' << blocks << '\n' << ws << '\n' << 'x' << to_hex(error.data(), error.size());
+       << '\n' << blocks << '\n' << ws << '\n' << lines << '\n' << 'x' << to_hex(error.data(), error.size());
     return os.str();
   }
   static Probe decode(const std::string& s) {
     std::istringstream is(s);
     Probe p;
     std::string host, err;
-    is >> host >> p.bus >> p.major >> p.minor >> p.sms >> p.blocks >> p.ws;
+    is >> host >> p.bus >> p.major >> p.minor >> p.sms >> p.blocks >> p.ws >> p.lines;
     if (!(is >> err)) err = "x";
     p.host = from_hex(host.substr(1));
     p.error = from_hex(err.substr(1));
@@ -97,6 +97,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   mine.sms = info.sm_count;
   mine.blocks = opt.blocks > 0 ? std::min(opt.blocks, kMaxBlocks) : 0;
   mine.ws = opt.workspace_bytes;
+  mine.lines = std::max<int64_t>(0, opt.line_max_bytes);
   if (opt.world > kMaxWorld) mine.error = "the CUDA datapath supports at most " + std::to_string(kMaxWorld) + " ranks";
   if (opt.workspace_bytes < 64 * 1024) mine.error = "TORCH_PURLIN_CUDA_WORKSPACE_BYTES must be at least 64K";
 
@@ -109,13 +110,14 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   // smallest GPU; a fixed block count if any rank asked for one (the smallest).
   DeviceInfo group_info = info;
   int fixed = 0;
-  int64_t bytes = INT64_MAX;
+  int64_t bytes = INT64_MAX, line_max = INT64_MAX;
   bool same_arch = true;
   for (const Probe& p : probes) {
     same_arch &= p.major == probes[0].major && p.minor == probes[0].minor;
     group_info.sm_count = std::min(group_info.sm_count, p.sms);
     if (p.blocks > 0) fixed = fixed > 0 ? std::min(fixed, p.blocks) : p.blocks;
     bytes = std::min(bytes, p.ws);
+    line_max = std::min(line_max, p.lines);
   }
   group_info.major = probes[0].major;
   group_info.minor = probes[0].minor;
@@ -126,6 +128,15 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   ws->layout_ = PadLayout{opt.world, kMaxBlocks};
   ws->config_.threads = std::max(ws->config_.threads, std::max(opt.world, ws->config_.max_blocks));
   ws->workspace_bytes_ = bytes / 4096 * 4096;
+  // NOTE [line plans]: two parities of flagged lines (twice the payload),
+  // room for every rank's contribution of the largest line collective plus
+  // the planner's alignment of each piece.
+  ws->line_max_bytes_ = line_max;
+  if (line_max > 0) {
+    const int64_t W = opt.world, payload = W * line_max + W * W * 512;
+    ws->layout_.line_half = (payload * 2 + 4095) / 4096 * 4096;
+    ws->layout_.line_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_;
+  }
 
   // ---- handle ------------------------------------------------------------
   std::string local;
@@ -140,7 +151,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
       local = "GPU " + mine.bus + " has no peer access to GPU " + probes[r].bus + " of " + rank_str(r);
     }
   }
-  const size_t total = static_cast<size_t>(ws->layout_.pad_bytes() + ws->workspace_bytes_);
+  const size_t total = static_cast<size_t>(ws->layout_.pad_bytes() + ws->workspace_bytes_ + 2 * ws->layout_.line_half);
   cudaIpcMemHandle_t handle;
   if (local.empty()) {
     try {
@@ -148,6 +159,9 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
       cudaStream_t s;
       check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
       cudaError_t me = cudaMemsetAsync(ws->self_, 0, static_cast<size_t>(ws->layout_.pad_bytes()), s);
+      if (me == cudaSuccess && ws->layout_.line_half > 0)  // NOTE [flagged lines]: no stale flag may match
+        me = cudaMemsetAsync(static_cast<char*>(ws->self_) + ws->layout_.line_offset, 0,
+                             static_cast<size_t>(2 * ws->layout_.line_half), s);
       if (me == cudaSuccess) me = cudaStreamSynchronize(s);
       cudaStreamDestroy(s);
       check(me, "clearing the signal pad");

@@ -1,5 +1,5 @@
 // symmetric_workspace.h — host half of the CUDA Atom's memory: one buffer per
-// rank (signal pad + workspace, signal_pad.h), opened by every peer of the
+// rank (signal pad + workspace + line region, signal_pad.h), opened by every peer of the
 // group through CUDA IPC. (Device half: signal.cuh.)
 //
 // create() is collective: every rank calls it at the same point with the same
@@ -32,6 +32,7 @@ class SymmetricWorkspace {
     int device = 0;               // this rank's CUDA device ordinal
     int64_t workspace_bytes = 0;  // requested; the group uses the smallest request
     int blocks = 0;               // fixed blocks per launch; 0: by size (launch_config.h); the group uses the smallest
+    int64_t line_max_bytes = 0;   // largest line collective (NOTE [line plans]); 0: no line region; the smallest
   };
 
   static std::unique_ptr<SymmetricWorkspace> create(const Options& opt, const AllGather& exchange, std::string* why);
@@ -51,6 +52,11 @@ class SymmetricWorkspace {
   // rank, the opened IPC mapping for a peer. rank in [0, world()).
   void* buffer(int rank) const { return rank == rank_ ? self_ : peers_[rank]; }
   int64_t workspace_bytes() const { return workspace_bytes_; }
+  // Per-rank bytes up to which collectives may run on flagged lines (the
+  // group's agreed TORCH_PURLIN_CUDA_LINE_BYTES); 0: never.
+  int64_t line_max_bytes() const { return line_max_bytes_; }
+  // Payload elements of `esize` bytes one parity of the line region holds.
+  int64_t line_slot_elems(int64_t esize) const { return layout_.line_half / 2 / esize; }
   ErrorRecord* error_host() const { return err_host_; }
   ErrorRecord* error_device() const { return err_dev_; }
 
@@ -63,6 +69,7 @@ class SymmetricWorkspace {
   PadLayout layout_;
   LaunchConfig config_;
   int64_t workspace_bytes_ = 0;
+  int64_t line_max_bytes_ = 0;
   void* self_ = nullptr;
   std::vector<void*> peers_;  // opened IPC mappings (nullptr for self)
   ErrorRecord* err_host_ = nullptr;

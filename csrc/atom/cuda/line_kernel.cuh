@@ -1,0 +1,190 @@
+// line_kernel.cuh — the plan kernel over flagged lines: a small collective in
+// one NVLink trip (NOTE [flagged lines] in flagged_line.cuh).
+//
+// NOTE [line plans] The same SNAC push plan, another Atom underneath. The
+//   plan's ops run in order as in plan_kernel.cuh, with every Workspace
+//   access going to the line region (two parities, line_offset in the pad
+//   layout) instead of the workspace:
+//     a write to Workspace(q)    flagged-line stores into q's region: Stage
+//                                and Notify in one remote store
+//     a read of Workspace(self)  polls of those lines: the Staged Wait, per
+//                                line, and the call-tag check
+//     Wait / Signal              nothing: Staged travels in the lines;
+//                                Consumed acks guard slot reuse across rounds
+//                                and a line plan has one round
+//   Reuse across collectives: line collective m writes parity m % 2 of its
+//   readers' regions. Before writing, every rank waits until each peer raised
+//   Done for the collective before last (pbase, a poll of its own pad): that
+//   peer finished collective m - 2 and everything before, so it no longer
+//   reads that parity. In steady state the wait finds it long done; the one
+//   NVLink trip left is the data's. A line launch raises Done and advances
+//   the epochs like any launch, so plan kernels before and after it keep
+//   NOTE [device reuse].
+//   Plans qualify on the host, identically on every rank
+//   (CudaGroup::plan_for): one round, push, one-shot, not PREMUL_SUM (peers
+//   would read the scale word without a barrier), elements of at most 8
+//   bytes, and contiguous source regions, so every line written holds bytes
+//   of one op (writes start at 8-byte boundaries; reads may start anywhere).
+//   Tail elements of a line are zero-filled by the writer and ignored.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "atom/cuda/flagged_line.cuh"
+#include "atom/cuda/plan_kernel.cuh"
+
+namespace purlin::atom::cuda {
+
+namespace detail {
+
+// k (<= 8 / sizeof(T)) elements e0.. of ref r into x.
+template <class T>
+__device__ __forceinline__ bool load_unit(const KernelParams& p, char* const* lines, const DevRef& r, int64_t e0,
+                                          int k, T* x, LineFlags flag, const WaitSite& site) {
+  constexpr int64_t kE = sizeof(T), kK = kLinePayload / kE;
+  if (r.buf == kWorkspace) {
+    const int64_t byte = (r.offset + e0) * kE;
+    const char* region = lines[r.rank];
+    uint64_t v = 0;
+    if ((byte & 7) == 0) {
+      if (!line_wait(region + (byte >> 3) * kLineBytes, flag, &v, site, r.origin, p.line_phase)) return false;
+      T all[kK];
+      memcpy(all, &v, kLinePayload);
+      for (int j = 0; j < k; ++j) x[j] = all[j];
+      return true;
+    }
+    int64_t have = -1;
+    for (int j = 0; j < k; ++j) {  // an unaligned read (e.g. into a strided output)
+      const int64_t bj = byte + j * kE;
+      if ((bj >> 3) != have) {
+        have = bj >> 3;
+        if (!line_wait(region + have * kLineBytes, flag, &v, site, r.origin, p.line_phase)) return false;
+      }
+      memcpy(&x[j], reinterpret_cast<const char*>(&v) + (bj & 7), kE);
+    }
+    return true;
+  }
+  const T* src = reinterpret_cast<const T*>(r.buf == kInput ? p.input : p.output) + r.offset + e0;
+  for (int j = 0; j < k; ++j) x[j] = src[j];
+  return true;
+}
+
+template <class T>
+__device__ __forceinline__ void store_unit(const KernelParams& p, char* const* lines, const DevRef& d, int64_t e0, int k,
+                                           const T* x, LineFlags flag) {
+  constexpr int64_t kE = sizeof(T), kK = kLinePayload / kE;
+  if (d.buf == kWorkspace) {  // starts on a line (NOTE [line plans])
+    T all[kK] = {};
+    for (int j = 0; j < k; ++j) all[j] = x[j];
+    uint64_t v;
+    memcpy(&v, all, kLinePayload);
+    line_store(lines[d.rank] + ((d.offset + e0) * kE >> 3) * kLineBytes, v, flag);
+    return;
+  }
+  T* dst = reinterpret_cast<T*>(d.buf == kInput ? p.input : p.output) + d.offset + e0;
+  for (int j = 0; j < k; ++j) dst[j] = x[j];
+}
+
+// The arithmetic of reduce.cuh's reduce_one, on k elements per source.
+template <class T, class Op, bool kAvg>
+__device__ __forceinline__ bool reduce_unit(const KernelParams& p, char* const* lines, const DevOp& op,
+                                            const DevRef* srcs, int64_t e0, int k, LineFlags flag, const WaitSite& site) {
+  using A = typename Elem<T>::Acc;
+  constexpr int kK = static_cast<int>(kLinePayload / sizeof(T));
+  T x[kK];
+  A acc[kK];
+  if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;
+  for (int j = 0; j < k; ++j) acc[j] = Elem<T>::load(x[j]);
+  for (int s = 1; s < op.src_count; ++s) {
+    if (!load_unit<T>(p, lines, srcs[op.src_begin + s], e0, k, x, flag, site)) return false;
+    for (int j = 0; j < k; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));
+  }
+  for (int j = 0; j < k; ++j) x[j] = Elem<T>::store(kAvg ? div(acc[j], static_cast<A>(op.src_count)) : acc[j]);
+  store_unit<T>(p, lines, op.dst, e0, k, x, flag);
+  return true;
+}
+
+// One Copy / Reduce op, this block's share (NOTE [block partition]).
+template <class T>
+__device__ bool line_op(const KernelParams& p, char* const* lines, const DevOp& op, const DevRef* srcs, LineFlags flag,
+                        const WaitSite& site) {
+  constexpr int64_t kE = sizeof(T), kK = kLinePayload / kE;
+  const int G = static_cast<int>(gridDim.x);
+  const int64_t per = part_size(op.n, G, kE), lo = blockIdx.x * per;
+  const int64_t hi = op.n < lo + per ? op.n : lo + per;
+  for (int64_t e0 = lo + threadIdx.x * kK; e0 < hi; e0 += static_cast<int64_t>(blockDim.x) * kK) {
+    const int k = static_cast<int>(hi - e0 < kK ? hi - e0 : kK);
+    if (op.code == kCopy) {
+      T x[kK];
+      if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;
+      store_unit<T>(p, lines, op.dst, e0, k, x, flag);
+      continue;
+    }
+    if constexpr (kReducible<T>) {
+      bool ok = true;
+      switch (static_cast<RedOp>(p.redop)) {
+        case RedOp::Sum: ok = reduce_unit<T, OpSum, false>(p, lines, op, srcs, e0, k, flag, site); break;
+        case RedOp::Product: ok = reduce_unit<T, OpProd, false>(p, lines, op, srcs, e0, k, flag, site); break;
+        case RedOp::Min: ok = reduce_unit<T, OpMin, false>(p, lines, op, srcs, e0, k, flag, site); break;
+        case RedOp::Max: ok = reduce_unit<T, OpMax, false>(p, lines, op, srcs, e0, k, flag, site); break;
+        case RedOp::Avg:
+          if constexpr (std::is_floating_point_v<typename Elem<T>::Acc>)
+            ok = reduce_unit<T, OpSum, true>(p, lines, op, srcs, e0, k, flag, site);
+          break;
+        default: break;  // PREMUL_SUM never runs on lines (NOTE [line plans])
+      }
+      if (!ok) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace detail
+
+template <class T>
+__global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ KernelParams p) {
+  __shared__ uint64_t s_state[5];
+  __shared__ char* s_lines[kMaxWorld];
+  const int tid = threadIdx.x, G = static_cast<int>(gridDim.x);
+  const PadLayout& L = p.layout;
+  if (tid == 0) {
+    s_state[0] = p.pad[L.base()];
+    s_state[1] = p.pad[L.lbase()];
+    s_state[2] = *reinterpret_cast<volatile uint64_t*>(p.pad + L.broken());
+    s_state[3] = p.pad[L.pbase()];
+    s_state[4] = p.pad[L.lseq()];
+  }
+  __syncthreads();
+  if (s_state[2] != 0) return;  // an earlier collective failed: the group is broken
+  const uint64_t base = s_state[0], lbase = s_state[1], pbase = s_state[3], lseq = s_state[4];
+  for (int q = tid; q < L.world; q += blockDim.x)
+    s_lines[q] = reinterpret_cast<char*>(p.pad[L.peer_table(q)]) + L.line_offset +
+                 static_cast<int64_t>(lseq & 1) * L.line_half;
+  WaitSite site{p.err, p.pad + L.broken(), p.timeout_ns, 0, p.rank, p.op_name};
+  // NOTE [line plans]: every peer finished the collective before last.
+  if (!wait_all<true>(p.pad + L.flag(kDone, 0, 0), L.world, pbase, site, -1, kDone, p.reuse_phase, L.blocks, p.rank))
+    return;
+  const LineFlags flag = line_flags(lseq, p.call_sig);
+  site.base = base;
+  const DevOp* ops = p.ops ? p.ops : p.inl.ops;
+  const DevRef* srcs = p.ops ? p.srcs : p.inl.srcs;
+  for (int i = 0; i < p.n_ops; ++i) {
+    const DevOp& op = ops[i];
+    switch (op.code) {
+      case kLocalSync:
+        if (!detail::local_sync(p, op, lbase, site, G)) return;
+        break;
+      case kCopy:
+      case kReduce: {
+        const bool ok = detail::line_op<T>(p, s_lines, op, srcs, flag, site);
+        if (__syncthreads_or(!ok)) return;
+        break;
+      }
+      default: break;  // Wait / Signal: carried by the lines
+    }
+  }
+  detail::end_launch(p, base, lbase, G, true);
+}
+
+}  // namespace purlin::atom::cuda
