@@ -3,6 +3,7 @@
 
 #include "backend/cuda_group.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <sstream>
@@ -212,15 +213,35 @@ bool CudaGroup::zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>
   return two_shot(rq, all);
 }
 
-// Whether a collective should try flagged lines (NOTE [line plans]): small
-// enough per rank (TORCH_PURLIN_CUDA_LINE_BYTES, agreed by the group), no
-// PREMUL_SUM, elements of at most 8 bytes. Rank-invariant; plan_for() adds
-// the conditions on the plan itself.
-bool CudaGroup::lines_wanted(const Request& rq, const std::vector<PeerMeta>& all) const {
+// Whether a collective may run on flagged lines (NOTE [line plans]): no
+// PREMUL_SUM, elements of at most 8 bytes, and this rank's own bytes within
+// TORCH_PURLIN_CUDA_LINE_BYTES. The last is only a shortcut (a rank's bytes
+// never exceed line_bytes() of the Spec); plan_for() decides on the Spec, the
+// same way on every rank.
+bool CudaGroup::lines_wanted(const Request& rq) const {
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
-  const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * esize;
-  return world_ > 1 && bytes <= ws_->line_max_bytes() && esize <= 8 && rq.redop != RedOp::PremulSum;
+  const int64_t mine = std::max(rq.in_numel, rq.out_numel) * esize;
+  return world_ > 1 && ws_->line_max_bytes() > 0 && mine <= ws_->line_max_bytes() && esize <= 8 &&
+         rq.redop != RedOp::PremulSum;
 }
+
+namespace {
+
+// The most bytes any rank sends or receives in a Spec: the size a line
+// collective is judged by. Rank-invariant (a c10d scatter's root has W
+// blocks of input, the other ranks none: their own sizes differ).
+int64_t line_bytes(const snac::Spec& spec, int64_t esize) {
+  std::vector<int64_t> src(static_cast<size_t>(spec.world), 0), dst(static_cast<size_t>(spec.world), 0);
+  for (const auto& ch : spec.chunks) {
+    for (const auto& p : ch.sources) src[p.rank] += ch.numel() * esize;
+    for (const auto& p : ch.dests) dst[p.rank] += ch.numel() * esize;
+  }
+  int64_t most = 0;
+  for (int r = 0; r < spec.world; ++r) most = std::max({most, src[r], dst[r]});
+  return most;
+}
+
+}  // namespace
 
 // Whether an all_reduce runs two-shot (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES).
 bool CudaGroup::two_shot(const Request& rq, const std::vector<PeerMeta>& all) const {
@@ -262,7 +283,8 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   for (const auto& ch : spec.chunks)
     for (const auto& src : ch.sources) contiguous &= src.region.rows <= 1 || src.region.stride == src.region.row_len;
   snac::Plan plan;
-  if (lines && contiguous) {
+  const int64_t lbytes = line_bytes(spec, esize);
+  if (lines && contiguous && lbytes <= ws_->line_max_bytes()) {
     snac::PlanOptions lo = opt;
     lo.push = true;
     lo.slot_elems = ws_->line_slot_elems(esize) / opt.align_elems * opt.align_elems;
@@ -276,7 +298,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   }
   if (!c->lines) plan = snac::make_plan(spec, rank_, opt);
   c->spec_bytes = spec_bytes;
-  c->blocks = c->lines ? ws_->launch_config().line_blocks_for(std::max(all[0].in_numel, all[0].out_numel) * esize)
+  c->blocks = c->lines ? ws_->launch_config().line_blocks_for(lbytes)
                        : ws_->launch_config().blocks_for(spec_bytes);
   if (spec.kind == snac::OpKind::Copy && !zero_copy) {
     // The copy-engine Atom runs pull plans only (NOTE [stream memop ordering]:
@@ -340,7 +362,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   // peers (who must pass theirs at the same offset: NOTE [call tags]).
   // Small collectives run on flagged lines when their plan qualifies
   // (NOTE [line plans]); zero-copy is not tried for them.
-  const CachedPlan* line_plan = lines_wanted(rq, all) ? &plan_for(rq, all, false, true) : nullptr;
+  const CachedPlan* line_plan = lines_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
   int64_t pool_offset = -1;
   if (!(line_plan && line_plan->lines) && pool_ && zero_copy_allowed(rq, all))
     pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype))));

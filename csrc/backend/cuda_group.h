@@ -77,7 +77,7 @@ class CudaGroup {
   static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout);
   std::vector<PeerMeta> peer_meta(const Request& rq);
   const CachedPlan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool zero_copy, bool lines);
-  bool lines_wanted(const Request& rq, const std::vector<PeerMeta>& all) const;
+  bool lines_wanted(const Request& rq) const;
   void order_after_last(cudaStream_t s);
   bool zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>& all) const;
   bool two_shot(const Request& rq, const std::vector<PeerMeta>& all) const;
