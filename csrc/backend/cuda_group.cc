@@ -216,8 +216,8 @@ bool CudaGroup::zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>
 // Whether a collective may run on flagged lines (NOTE [line plans]): no
 // PREMUL_SUM, elements of at most 8 bytes, and this rank's own bytes within
 // TORCH_PURLIN_CUDA_LINE_BYTES. The last is only a shortcut (a rank's bytes
-// never exceed line_bytes() of the Spec); plan_for() decides on the Spec, the
-// same way on every rank.
+// never exceed snac::max_rank_elems of the Spec); plan_for() decides on the
+// Spec, the same way on every rank.
 bool CudaGroup::lines_wanted(const Request& rq) const {
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
   const int64_t mine = std::max(rq.in_numel, rq.out_numel) * esize;
@@ -225,23 +225,6 @@ bool CudaGroup::lines_wanted(const Request& rq) const {
          rq.redop != RedOp::PremulSum;
 }
 
-namespace {
-
-// The most bytes any rank sends or receives in a Spec: the size a line
-// collective is judged by. Rank-invariant (a c10d scatter's root has W
-// blocks of input, the other ranks none: their own sizes differ).
-int64_t line_bytes(const snac::Spec& spec, int64_t esize) {
-  std::vector<int64_t> src(static_cast<size_t>(spec.world), 0), dst(static_cast<size_t>(spec.world), 0);
-  for (const auto& ch : spec.chunks) {
-    for (const auto& p : ch.sources) src[p.rank] += ch.numel() * esize;
-    for (const auto& p : ch.dests) dst[p.rank] += ch.numel() * esize;
-  }
-  int64_t most = 0;
-  for (int r = 0; r < spec.world; ++r) most = std::max({most, src[r], dst[r]});
-  return most;
-}
-
-}  // namespace
 
 // Whether an all_reduce runs two-shot (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES).
 bool CudaGroup::two_shot(const Request& rq, const std::vector<PeerMeta>& all) const {
@@ -283,7 +266,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   for (const auto& ch : spec.chunks)
     for (const auto& src : ch.sources) contiguous &= src.region.rows <= 1 || src.region.stride == src.region.row_len;
   snac::Plan plan;
-  const int64_t lbytes = line_bytes(spec, esize);
+  const int64_t lbytes = snac::max_rank_elems(spec) * esize;  // rank-invariant
   if (lines && contiguous && lbytes <= ws_->line_max_bytes()) {
     snac::PlanOptions lo = opt;
     lo.push = true;

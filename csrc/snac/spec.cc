@@ -77,4 +77,15 @@ std::vector<Span> common_spans(const std::vector<const Region*>& regions, int64_
   return out;
 }
 
+int64_t max_rank_elems(const Spec& spec) {
+  std::vector<int64_t> src(static_cast<size_t>(spec.world), 0), dst(static_cast<size_t>(spec.world), 0);
+  for (const auto& ch : spec.chunks) {
+    for (const auto& p : ch.sources) src[p.rank] += ch.numel();
+    for (const auto& p : ch.dests) dst[p.rank] += ch.numel();
+  }
+  int64_t most = 0;
+  for (int r = 0; r < spec.world; ++r) most = std::max({most, src[r], dst[r]});
+  return most;
+}
+
 }  // namespace purlin::snac

@@ -67,6 +67,11 @@ struct Spec {
 // A maximal run of elements that is contiguous in every region of a group of
 // regions walked in lock-step: element `first` of the chunk maps to
 // offsets[k] in region k, for `len` consecutive elements.
+// The most elements any one rank sends (as a source) or receives (as a
+// destination) in `spec`: a size every rank derives alike, unlike its own
+// tensor sizes (a scatter's root holds W blocks of input, its peers none).
+int64_t max_rank_elems(const Spec& spec);
+
 struct Span {
   int64_t first;
   int64_t len;

@@ -588,19 +588,11 @@ bool direct_local_reads(Kind k, cu::IoAlias alias, int64_t shift, int r, int64_t
   }
 }
 
-// CudaGroup's line choice (lines_wanted + line_bytes in cuda_group.cc): the
-// most bytes any rank sends or receives within the line budget (int32: no
-// PREMUL_SUM, 4-byte elements). A rank's own sizes would not do: a scatter's
-// root has W blocks of input, the others none.
+// CudaGroup's line choice (lines_wanted + plan_for in cuda_group.cc): the
+// most bytes any rank sends or receives (snac::max_rank_elems) within the
+// line budget (int32: no PREMUL_SUM, 4-byte elements).
 bool lines_wanted(const Group& g, const snac::Spec& spec) {
-  std::vector<int64_t> src(static_cast<size_t>(spec.world), 0), dst(static_cast<size_t>(spec.world), 0);
-  for (const auto& ch : spec.chunks) {
-    for (const auto& p : ch.sources) src[p.rank] += ch.numel() * kEsize;
-    for (const auto& p : ch.dests) dst[p.rank] += ch.numel() * kEsize;
-  }
-  int64_t most = 0;
-  for (int r = 0; r < spec.world; ++r) most = std::max({most, src[r], dst[r]});
-  return g.world > 1 && most <= kLineMaxBytes;
+  return g.world > 1 && snac::max_rank_elems(spec) * kEsize <= kLineMaxBytes;
 }
 
 // CudaGroup::plan_for's line branch: a one-round push plan of a spec with
