@@ -11,11 +11,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-WORLD = 2
+WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 STEPS = 5
 
 pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.device_count() < WORLD, reason="needs 2 GPUs"
+    not torch.cuda.is_available() or torch.cuda.device_count() < WORLD, reason=f"needs {WORLD} GPUs"
 )
 
 

@@ -7,6 +7,7 @@
 #   sweep     all_reduce / all_gather at fixed block counts (tuning of launch_config*.cu)
 #   nolines   purlin alone, 1K-4M, with flagged lines off (TORCH_PURLIN_CUDA_LINE_BYTES=0), to compare
 #   knobs     purlin alone, 64M-1G graph mode, under other workspace sizes and push modes (KNOBS to override)
+# NPROC=N runs everything on N ranks / GPUs (default 2).
 # A part after `suite` reuses the build when the machine is still warm; if
 # torch_purlin/_C*.so is missing it builds first. Results come back in at
 # most 8 files: $OUT/summary.txt (the important lines), $OUT/bench_cuda.md +
@@ -22,6 +23,9 @@ mkdir -p "$LOGS"
 S="$OUT/summary.txt"
 say() { echo "$@" | tee -a "$S"; }
 parts="${*:-suite sanitize bench sweep}"
+# Ranks (= GPUs) for the tests and benchmarks: NPROC=4 / 8 on the larger kinds (issue 5).
+NPROC="${NPROC:-2}"
+export PURLIN_GPU_WORLD="$NPROC"
 has() { [[ " $parts " == *" $1 "* ]]; }
 
 say "== device session $(date -u +%F' '%T) UTC: $parts"
@@ -49,7 +53,7 @@ fi
 
 if has bench; then
   say "== bench"
-  timeout "${BENCH_S:-420}" torchrun --nproc-per-node=2 -m torch_purlin.bench --device cuda \
+  timeout "${BENCH_S:-420}" torchrun --nproc-per-node=$NPROC -m torch_purlin.bench --device cuda \
     ${BENCH_ARGS:---ops all_reduce,all_gather,reduce_scatter,broadcast,all_to_all -b 1K -e 256M -f 4 --mode both --time-cap 0.25} \
     --json "$OUT/bench_cuda.json" >"$OUT/bench_cuda.md" 2>"$LOGS/bench.err"
   say "bench exit $?"
@@ -63,7 +67,7 @@ fi
 if has sweep; then
   # Tuning probe: graph-mode times at fixed block counts.
   for g in ${BLOCK_SWEEP:-2 8 32 128}; do
-    TORCH_PURLIN_CUDA_BLOCKS=$g timeout 60 torchrun --nproc-per-node=2 -m torch_purlin.bench --device cuda \
+    TORCH_PURLIN_CUDA_BLOCKS=$g timeout 60 torchrun --nproc-per-node=$NPROC -m torch_purlin.bench --device cuda \
       --ops all_reduce,all_gather -b 1K -e 256M -f 8 --mode graph --impls purlin --time-cap 0.15 \
       >"$LOGS/bench_blocks$g.md" 2>&1
     say "sweep TORCH_PURLIN_CUDA_BLOCKS=$g exit $?"
@@ -72,7 +76,7 @@ if has sweep; then
 fi
 if has nolines; then
   # Tuning probe for TORCH_PURLIN_CUDA_LINE_BYTES: the same sizes on workspace plans.
-  TORCH_PURLIN_CUDA_LINE_BYTES=0 timeout 120 torchrun --nproc-per-node=2 -m torch_purlin.bench --device cuda \
+  TORCH_PURLIN_CUDA_LINE_BYTES=0 timeout 120 torchrun --nproc-per-node=$NPROC -m torch_purlin.bench --device cuda \
     --ops all_reduce,all_gather,reduce_scatter,broadcast,all_to_all -b 1K -e 4M -f 4 --mode both --impls purlin \
     --time-cap 0.15 >"$OUT/bench_nolines.md" 2>"$LOGS/bench_nolines.err"
   say "nolines exit $?"
@@ -81,7 +85,7 @@ if has knobs; then
   # Tuning probe: large collectives under other settings (each a list of VAR=value, comma-separated).
   for knob in ${KNOBS:-default TORCH_PURLIN_CUDA_WORKSPACE_BYTES=256M TORCH_PURLIN_CUDA_PUSH=all \
       TORCH_PURLIN_CUDA_WORKSPACE_BYTES=256M,TORCH_PURLIN_CUDA_PUSH=all}; do
-    env $( [ "$knob" = default ] || echo "${knob//,/ }" ) timeout 90 torchrun --nproc-per-node=2 -m torch_purlin.bench \
+    env $( [ "$knob" = default ] || echo "${knob//,/ }" ) timeout 90 torchrun --nproc-per-node=$NPROC -m torch_purlin.bench \
       --device cuda --ops all_reduce,all_gather,reduce_scatter,all_to_all -b 64M -e 1G -f 4 --mode graph \
       --impls purlin --time-cap 0.15 >"$LOGS/knob_${knob//[=,]/_}.md" 2>&1
     say "knob $knob exit $?"

@@ -214,15 +214,11 @@ bool CudaGroup::zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>
 }
 
 // Whether a collective may run on flagged lines (NOTE [line plans]): no
-// PREMUL_SUM, elements of at most 8 bytes, and this rank's own bytes within
-// TORCH_PURLIN_CUDA_LINE_BYTES. The last is only a shortcut (a rank's bytes
-// never exceed snac::max_rank_elems of the Spec); plan_for() decides on the
-// Spec, the same way on every rank.
+// PREMUL_SUM and elements of at most 8 bytes. The size is judged by
+// plan_for() on the Spec (snac::max_rank_elems), never by this rank's own
+// tensor sizes, which differ between ranks (a scatter's root holds W blocks).
 bool CudaGroup::lines_wanted(const Request& rq) const {
-  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
-  const int64_t mine = std::max(rq.in_numel, rq.out_numel) * esize;
-  return world_ > 1 && ws_->line_max_bytes() > 0 && mine <= ws_->line_max_bytes() && esize <= 8 &&
-         rq.redop != RedOp::PremulSum;
+  return world_ > 1 && ws_->line_max_bytes() > 0 && dtype_size(rq.dtype) <= 8 && rq.redop != RedOp::PremulSum;
 }
 
 
@@ -242,9 +238,8 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   opt.slot_elems = ws_->workspace_bytes() / 2 / esize / opt.align_elems * opt.align_elems;
   opt.direct_local = direct_local_reads(rq, rank_);  // NOTE [direct local reads]
   opt.read_peer_inputs = zero_copy;
-  const bool two = !lines && two_shot(rq, all);
-  opt.reduce_algo = two ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
-  const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two ? "/2" : "/1") +
+  const bool two_wanted = two_shot(rq, all);
+  const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two_wanted ? "/2" : "/1") +
                           (zero_copy ? "/z" : "") + (lines ? "/L" : "") + "/s" + std::to_string(shift);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
@@ -269,6 +264,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   const int64_t lbytes = snac::max_rank_elems(spec) * esize;  // rank-invariant
   if (lines && contiguous && lbytes <= ws_->line_max_bytes()) {
     snac::PlanOptions lo = opt;
+    lo.reduce_algo = snac::ReduceAlgo::OneShot;
     lo.push = true;
     lo.slot_elems = ws_->line_slot_elems(esize) / opt.align_elems * opt.align_elems;
     try {
@@ -279,7 +275,13 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
     }
     if (c->lines) opt = lo;
   }
-  if (!c->lines) plan = snac::make_plan(spec, rank_, opt);
+  // Otherwise (also when lines were asked for but do not qualify) the
+  // workspace plan: a lines request's cache entry serves the call as it is.
+  const bool two = !c->lines && two_wanted;
+  if (!c->lines) {
+    opt.reduce_algo = two ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
+    plan = snac::make_plan(spec, rank_, opt);
+  }
   c->spec_bytes = spec_bytes;
   c->blocks = c->lines ? ws_->launch_config().line_blocks_for(lbytes)
                        : ws_->launch_config().blocks_for(spec_bytes);
@@ -344,12 +346,15 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   // NOTE [zero-copy]: an input in the symmetric pool is read in place by the
   // peers (who must pass theirs at the same offset: NOTE [call tags]).
   // Small collectives run on flagged lines when their plan qualifies
-  // (NOTE [line plans]); zero-copy is not tried for them.
-  const CachedPlan* line_plan = lines_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
+  // (NOTE [line plans]; plan_for decides on the Spec); zero-copy is not
+  // tried for them. A lines request that does not qualify returns the
+  // workspace plan, used as it is unless the input is in the pool.
+  const CachedPlan* cp = lines_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
   int64_t pool_offset = -1;
-  if (!(line_plan && line_plan->lines) && pool_ && zero_copy_allowed(rq, all))
+  if (!(cp && cp->lines) && pool_ && zero_copy_allowed(rq, all))
     pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype))));
-  const CachedPlan& c = line_plan && line_plan->lines ? *line_plan : plan_for(rq, all, pool_offset >= 0, false);
+  if (!cp || pool_offset >= 0) cp = &plan_for(rq, all, pool_offset >= 0, false);
+  const CachedPlan& c = *cp;
   if (c.plan.rounds == 0) return;  // nothing moves on any rank
   c10::cuda::CUDAGuard guard(device_);
   order_after_last(stream);
