@@ -9,14 +9,47 @@ process start-up and NCCL initialisation once.
     check_family(suite, "all_reduce")       # in a parametrized test
     check_exited_cleanly(suite)
 
-The worker is called as worker(rank, world, init_file, log_path).
+The worker is called as worker(rank, world, init_file, log_path). Workers
+share assert_equal (exact comparison naming the first differing element) and
+purlin_group (a group whose CUDA engine is created under given env settings).
 """
 import json
 import os
 import time
 import traceback
 
+import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
+
+
+def assert_equal(got, want, what):
+    got, want = got.cpu(), want.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape, \
+        f"{what}: {got.dtype}{tuple(got.shape)} vs {want.dtype}{tuple(want.shape)}"
+    if not torch.equal(got, want):
+        bad = (got != want).nonzero()
+        i = tuple(bad[0].tolist())
+        raise AssertionError(f"{what}: {bad.shape[0]}/{got.numel()} elements differ; first at {i}: "
+                             f"{got[i].item()!r} vs {want[i].item()!r}")
+
+
+def purlin_group(timeout, **env):
+    """A purlin group whose CUDA engine is created (by a first CUDA op) while env is set; env is restored after."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        g = dist.new_group(backend="purlin", timeout=timeout)
+        warm = torch.zeros(dist.get_world_size(g), device="cuda")
+        dist.all_gather_into_tensor(warm, torch.ones(1, device="cuda"), group=g)
+        torch.cuda.synchronize()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return g
 
 
 class Runner:

@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import Runner, check_exited_cleanly, check_family, run_suite
+from gpu_harness import Runner, assert_equal, check_exited_cleanly, check_family, purlin_group, run_suite
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "240"))
@@ -95,15 +95,6 @@ def cpu_reduce(xs, op):
     else:
         r = x.amax(0)
     return r
-
-
-def assert_equal(got, want, what):
-    got, want = got.cpu(), want.cpu()
-    assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype}{tuple(got.shape)} vs {want.dtype}{tuple(want.shape)}"
-    if not torch.equal(got, want):
-        bad = (got != want).nonzero()
-        i = tuple(bad[0].tolist())
-        raise AssertionError(f"{what}: {bad.shape[0]}/{got.numel()} elements differ; first at {i}: {got[i].item()!r} vs {want[i].item()!r}")
 
 
 def assert_reduced(got, xs, op, what):
@@ -377,10 +368,7 @@ def _worker(rank, world, init_file, log_path):
 
     # -- small workspace: tensors much larger than it (many rounds, device-resident plans, two-shot) ----
     R.family = "small_workspace"
-    saved = {k: os.environ.get(k) for k in ("TORCH_PURLIN_CUDA_WORKSPACE_BYTES", "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES")}
-    os.environ["TORCH_PURLIN_CUDA_WORKSPACE_BYTES"] = "64K"
-    os.environ["TORCH_PURLIN_CUDA_TWO_SHOT_BYTES"] = "16K"
-    small = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
+    small = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_WORKSPACE_BYTES="64K", TORCH_PURLIN_CUDA_TWO_SHOT_BYTES="16K")
     for dtype in (torch.float32, torch.bfloat16, torch.int32):
         for n in (1, 1000, 100_003, 1_000_003):
             R.check(f"all_reduce {dtype} n={n}", all_reduce_case, small, dtype, "sum", n, " (64K workspace)")
@@ -408,11 +396,6 @@ def _worker(rank, world, init_file, log_path):
 
     for n in (5, 40_000, 500_001):
         R.check(f"copy ops n={n}", small_copy_ops, n)
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
     # -- async_op=True overlapping with compute ------------------------------------------------------
     R.family = "async"
@@ -587,10 +570,7 @@ def _worker(rank, world, init_file, log_path):
 
     # -- zero-copy: inputs from the symmetric pool are read in place (NOTE [zero-copy]) ----------------------
     R.family = "zero_copy"
-    os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"  # small sizes too (else flagged lines serve them)
-    zc = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
-    dist.all_reduce(torch.ones(4, device=dev), group=zc)  # creates the group's engine with these settings
-    os.environ.pop("TORCH_PURLIN_CUDA_LINE_BYTES")
+    zc = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_LINE_BYTES="0")  # small sizes too (else flagged lines serve them)
     two_shot_n = 8 * 1024 * 1024 // 2 + 4099  # bf16 elements above TORCH_PURLIN_CUDA_TWO_SHOT_BYTES (8M)
 
     def sym(n, dtype, values=None):
@@ -699,15 +679,9 @@ def _worker(rank, world, init_file, log_path):
 
     # -- push: sources write into the readers' workspaces (NOTE [push]) -------------------------------------
     R.family = "push"
-    pu = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
-    os.environ["TORCH_PURLIN_CUDA_PUSH"] = "all"
-    os.environ["TORCH_PURLIN_CUDA_WORKSPACE_BYTES"] = "1M"  # many rounds: slot reuse in the readers' workspaces
-    os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"  # workspace push plans at every size
-    warm = torch.ones(4, device=dev)
-    dist.all_reduce(warm, group=pu)  # creates the group's engine with these settings
-    os.environ.pop("TORCH_PURLIN_CUDA_PUSH")
-    os.environ.pop("TORCH_PURLIN_CUDA_WORKSPACE_BYTES")
-    os.environ.pop("TORCH_PURLIN_CUDA_LINE_BYTES")
+    # A 1M workspace: many rounds, slot reuse in the readers' workspaces; no lines: push plans at every size.
+    pu = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_PUSH="all", TORCH_PURLIN_CUDA_WORKSPACE_BYTES="1M",
+                      TORCH_PURLIN_CUDA_LINE_BYTES="0")
 
     def push_case(op, n, dtype):
         xs = inputs(W * n, dtype, "sum")
@@ -852,12 +826,10 @@ def _worker(rank, world, init_file, log_path):
     R.family = "call_tag"
 
     def call_tag_case(kind):
-        if kind != "sizes":  # workspace plans (a pool placement matters only to them)
-            os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"
-        bad = dist.new_group(backend="purlin", timeout=timedelta(seconds=10))
+        # Other kinds run workspace plans (a pool placement matters only to them).
+        bad = purlin_group(timedelta(seconds=10), **({} if kind == "sizes" else {"TORCH_PURLIN_CUDA_LINE_BYTES": "0"}))
         warm = torch.ones(8, device=dev)
         dist.all_reduce(warm, group=bad)
-        os.environ.pop("TORCH_PURLIN_CUDA_LINE_BYTES", None)
         torch.cuda.synchronize()
         if kind in ("sizes", "sizes, workspace plan"):
             t = torch.ones(1000 + 512 * rank, device=dev)  # ranks disagree on the element count

@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import Runner, check_exited_cleanly, check_family, run_suite
+from gpu_harness import Runner, assert_equal, check_exited_cleanly, check_family, purlin_group, run_suite
 from mp_util import make_input
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
@@ -40,17 +40,6 @@ FAMILIES = (
     "all_gather_into_tensor", "all_gather", "broadcast", "all_to_all_single", "gather", "scatter",
     "mixed", "graph", "counters", "timeout",
 )
-
-
-def assert_equal(got, want, what):
-    got, want = got.cpu(), want.cpu()
-    assert got.dtype == want.dtype and got.shape == want.shape, \
-        f"{what}: {got.dtype}{tuple(got.shape)} vs {want.dtype}{tuple(want.shape)}"
-    if not torch.equal(got, want):
-        bad = (got != want).nonzero()
-        i = tuple(bad[0].tolist())
-        raise AssertionError(f"{what}: {bad.shape[0]}/{got.numel()} elements differ; first at {i}: "
-                             f"{got[i].item()!r} vs {want[i].item()!r}")
 
 
 def last_launch(group):
@@ -74,24 +63,6 @@ def assert_copy_engine(group, what):
     assert not info.get("blocks"), f"{what}: the copy-engine path reports {info.get('blocks')} SMs used"
 
 
-def _purlin_group(**env):
-    """A purlin group whose CUDA engine is created (first CUDA op) while env is set."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        g = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
-        warm = torch.zeros(WORLD, device="cuda")
-        dist.all_gather_into_tensor(warm, torch.ones(1, device="cuda"), group=g)
-        torch.cuda.synchronize()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return g
-
-
 def _worker(rank, world, init_file, log_path):
     os.environ.setdefault("TORCH_PURLIN_LOG", "1")
     os.environ["TORCH_PURLIN_CUDA_CE_BYTES"] = "1"
@@ -104,8 +75,8 @@ def _worker(rank, world, init_file, log_path):
     R = Runner(rank, log_path)
     nccl = dist.group.WORLD
     host = dist.new_group(backend="gloo")
-    pg = _purlin_group()
-    small = _purlin_group(TORCH_PURLIN_CUDA_WORKSPACE_BYTES="64K")
+    pg = purlin_group(PURLIN_TIMEOUT)
+    small = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_WORKSPACE_BYTES="64K")
     groups = (("", pg, SIZES), (" (64K workspace)", small, SMALL_SIZES))
     dev = torch.device("cuda", rank)
     W = world
