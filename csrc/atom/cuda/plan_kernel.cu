@@ -109,9 +109,12 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   k.rank = l.rank;
   k.redop = static_cast<int>(l.redop);
   k.op_name = l.op_name;
-  k.reuse_phase = intern_name(l.lines ? "start: wait until every peer finished the collective before last"
-                                      : "start: wait until every peer finished the previous collective");
-  k.line_phase = intern_name("consume: wait for a flagged line");
+  // Interned once, not per launch (intern_name locks and scans a table).
+  static const uint16_t reuse_phase = intern_name("start: wait until every peer finished the previous collective");
+  static const uint16_t line_reuse_phase = intern_name("start: wait until every peer finished the collective before last");
+  static const uint16_t line_phase = intern_name("consume: wait for a flagged line");
+  k.reuse_phase = l.lines ? line_reuse_phase : reuse_phase;
+  k.line_phase = line_phase;
   k.lines = l.lines ? 1 : 0;
   return l.reduces ? launch_reducing(l.dtype, k, l.blocks, l.threads, stream)
                    : launch_copying(dtype_size(l.dtype), k, l.blocks, l.threads, stream);
