@@ -61,4 +61,10 @@ std::string write_device_table(uint64_t* dst, const std::vector<uint64_t>& table
   return cuda_error_text(e, (std::string("writing the ") + what).c_str());
 }
 
+void close_ipc_peers(std::vector<void*>* peers) {
+  for (void* p : *peers)
+    if (p) cudaIpcCloseMemHandle(p);
+  peers->clear();
+}
+
 }  // namespace purlin::atom::cuda

@@ -29,6 +29,10 @@ std::string handle_answer(const cudaIpcMemHandle_t& handle);
 std::string open_ipc_peers(const std::vector<std::string>& handles, int rank, void* self, const char* what,
                            std::vector<void*>* peers, std::vector<uint64_t>* table);
 
+// Closes what open_ipc_peers opened and empties `peers` (teardown: errors
+// are not reported).
+void close_ipc_peers(std::vector<void*>* peers);
+
 // Copies `table` to device memory at `dst` and waits for it (a private
 // stream, allowed while another stream captures a graph). "" or the failure.
 std::string write_device_table(uint64_t* dst, const std::vector<uint64_t>& table, const char* what);

@@ -106,9 +106,7 @@ int64_t SymmetricPool::offset_of(const void* p, int64_t n) const {
 
 void SymmetricPool::release() {
   DeviceScope scope(device_);
-  for (void* p : peers_)
-    if (p) cudaIpcCloseMemHandle(p);
-  peers_.clear();
+  close_ipc_peers(&peers_);
   if (self_) cudaFree(self_);
   self_ = nullptr;
   cudaGetLastError();

@@ -199,9 +199,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
 
 void SymmetricWorkspace::release() {
   DeviceScope scope(device_);
-  for (void* p : peers_)
-    if (p) cudaIpcCloseMemHandle(p);
-  peers_.clear();
+  close_ipc_peers(&peers_);
   if (self_) cudaFree(self_);
   if (err_host_) cudaFreeHost(err_host_);
   self_ = nullptr;
