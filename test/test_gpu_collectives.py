@@ -37,7 +37,7 @@ SIZES = (1, 3, 7, 127, 1000, 4099, 65537, 1_000_003)
 FAMILIES = (
     "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
-    "mixed_backend", "counters", "fallback", "zero_copy", "push", "lines", "block_counts", "call_tag", "timeout",
+    "mixed_backend", "counters", "fallback", "protocol_table", "zero_copy", "push", "lines", "block_counts", "call_tag", "timeout",
 )
 
 
@@ -141,6 +141,8 @@ def nccl_has(dtype, op=None):
 
 def _worker(rank, world, init_file, log_path):
     os.environ.setdefault("TORCH_PURLIN_LOG", "1")
+    # Purlin's own datapath at every size; the protocol_table family sets its own table.
+    os.environ["TORCH_PURLIN_CUDA_NCCL_FROM"] = "none"
     torch.cuda.set_device(rank)
     import torch_purlin  # noqa: F401  registers "purlin"
 
@@ -567,6 +569,91 @@ def _worker(rank, world, init_file, log_path):
         assert cnt["all_gather_into_tensor"] == (1, 0), cnt
 
     R.check("bool/complex reductions and a forced op use NCCL", fallback_case)
+
+    # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/fallback.h) -----------------
+    R.family = "protocol_table"
+    tb = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_NCCL_FROM="all_reduce=64K,all_gather=64K,all_to_all=64K")
+
+    def table_first_nccl_in_capture():
+        big = torch.empty(65536, device=dev)  # 256 KB: the table sends it to NCCL, which has not run yet
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            g = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(g, stream=s):
+                    dist.all_reduce(big, group=tb)
+            except RuntimeError as e:
+                assert "cannot be captured" in str(e) and f"on rank {rank}" in str(e), str(e)
+            else:
+                raise AssertionError("a first NCCL collective inside capture was not refused")
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+
+    R.check("first NCCL-routed op inside capture: clear error", table_first_nccl_in_capture)
+
+    def table_routes():
+        def expect(what, nccl_wanted):
+            proto = torch_purlin.last_launch(tb)["protocol"]
+            assert (proto == "nccl") == nccl_wanted, f"{what}: protocol {proto}"
+
+        before = torch_purlin.counters(tb, "cuda")
+        for n, nccl_wanted in ((1000, False), (16384, True), (65537, True), (4099, False)):  # float32: 64K = 16384
+            xs = inputs(n, torch.float32, "sum")
+            t = xs[rank].to(dev)
+            dist.all_reduce(t, group=tb)
+            expect(f"all_reduce n={n}", nccl_wanted)
+            assert_reduced(t, xs, "sum", f"table all_reduce n={n}")
+        for n, nccl_wanted in ((1000, False), (16384 // W + 1, True)):  # the larger side (output) decides
+            xs = inputs(n, torch.float32)
+            out = torch.empty(W * n, device=dev)
+            dist.all_gather_into_tensor(out, xs[rank].to(dev), group=tb)
+            expect(f"all_gather n={n}", nccl_wanted)
+            assert_equal(out, torch.cat(xs), f"table all_gather n={n}")
+        xs = inputs(W * 20000, torch.float32, "sum")  # no reduce_scatter row: native at any size
+        out = torch.empty(20000, device=dev)
+        dist.reduce_scatter_tensor(out, xs[rank].to(dev), group=tb)
+        expect("reduce_scatter", False)
+        assert_reduced(out, [x[rank * 20000:(rank + 1) * 20000] for x in xs], "sum", "table reduce_scatter")
+        k = 20000
+        full = inputs(W * k, torch.float32)
+        out = torch.empty(W * k, device=dev)
+        dist.all_to_all_single(out, full[rank].to(dev), group=tb)  # even split: the table applies
+        expect("all_to_all even", True)
+        assert_equal(out, torch.cat([f[rank * k:(rank + 1) * k] for f in full]), "table all_to_all even")
+        out.zero_()
+        dist.all_to_all_single(out, full[rank].to(dev), [k] * W, [k] * W, group=tb)  # split sizes: never the table
+        expect("all_to_all with splits", False)
+        assert_equal(out, torch.cat([f[rank * k:(rank + 1) * k] for f in full]), "table all_to_all splits")
+        after = torch_purlin.counters(tb, "cuda")
+        got = {op: (after[op][0] - before.get(op, (0, 0))[0], after[op][1] - before.get(op, (0, 0))[1])
+               for op in ("all_reduce", "all_gather_into_tensor", "all_to_all_single")}
+        assert got == {"all_reduce": (2, 2), "all_gather_into_tensor": (1, 1), "all_to_all_single": (1, 1)}, got
+
+    R.check("sizes from the table run on NCCL, others native", table_routes)
+
+    def table_graph():
+        big = torch.empty(65537, device=dev)   # NCCL (ran eagerly above)
+        small = torch.empty(4099, device=dev)  # purlin
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            dist.all_reduce(small, group=tb)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s):
+                dist.all_reduce(big, group=tb)
+                dist.all_reduce(small, group=tb)
+        torch.cuda.current_stream().wait_stream(s)
+        for rep in range(3):
+            xb, xs = inputs(65537, torch.float32, "sum"), inputs(4099, torch.float32, "sum")
+            big.copy_(xb[rank].to(dev))
+            small.copy_(xs[rank].to(dev))
+            g.replay()
+            torch.cuda.synchronize()
+            assert_reduced(big, xb, "sum", f"graph replay {rep} (NCCL)")
+            assert_reduced(small, xs, "sum", f"graph replay {rep} (purlin)")
+
+    R.check("NCCL-routed and native ops in one CUDA graph", table_graph)
 
     # -- zero-copy: inputs from the symmetric pool are read in place (NOTE [zero-copy]) ----------------------
     R.family = "zero_copy"

@@ -66,6 +66,7 @@ def assert_copy_engine(group, what):
 def _worker(rank, world, init_file, log_path):
     os.environ.setdefault("TORCH_PURLIN_LOG", "1")
     os.environ["TORCH_PURLIN_CUDA_CE_BYTES"] = "1"
+    os.environ["TORCH_PURLIN_CUDA_NCCL_FROM"] = "none"  # the Atom at every size (NOTE [protocol table])
     os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"  # small copies too (flagged lines would serve them)
     torch.cuda.set_device(rank)
     import torch_purlin  # noqa: F401  registers "purlin"

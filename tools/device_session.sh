@@ -6,10 +6,12 @@
 #   bench     benchmarks, purlin vs NCCL (and symm-mem), eager and graph  (BENCH_ARGS to override)
 #   sweep     all_reduce / all_gather at fixed block counts (tuning of launch_config*.cu)
 #   nolines   purlin alone, 1K-4M, with flagged lines off (TORCH_PURLIN_CUDA_LINE_BYTES=0), to compare
-#   knobs     purlin alone, 64M-1G graph mode, under other workspace sizes and push modes (KNOBS to override)
+#   knobs     purlin alone, 64M-1G graph mode, under other workspace sizes and push modes (KNOBS, KNOB_ARGS to override)
+#   host      host time per eager call, purlin vs NCCL (benchmarks/host_overhead.py; + nsys CUDA API summary)
 # NPROC=N runs everything on N ranks / GPUs (default 2).
 # A part after `suite` reuses the build when the machine is still warm; if
-# torch_purlin/_C*.so is missing it builds first. Results come back in at
+# torch_purlin/_C*.so is missing (a fresh machine) and `suite` was not asked
+# for, the build runs alone first. Results come back in at
 # most 8 files: $OUT/summary.txt (the important lines), $OUT/bench_cuda.md +
 # .json, $OUT/bench_png.tgz, $OUT/logs.tgz (all logs).
 set -uo pipefail
@@ -29,7 +31,12 @@ export PURLIN_GPU_WORLD="$NPROC"
 has() { [[ " $parts " == *" $1 "* ]]; }
 
 say "== device session $(date -u +%F' '%T) UTC: $parts"
-if has suite || ! ls torch_purlin/_C*.so >/dev/null 2>&1; then
+if ! has suite && ! ls torch_purlin/_C*.so >/dev/null 2>&1; then
+  # A fresh machine and no suite asked for: build only (the suite costs ~3 min of device time).
+  OUT="$LOGS" PURLIN_BUILD_ONLY=1 bash test/gpu/run_gpu_suite.sh >"$LOGS/suite.txt" 2>&1
+  say "build exit $?: $(grep -E "^build:|BUILD FAILED" "$LOGS/suite.txt")"
+fi
+if has suite; then
   OUT="$LOGS" PURLIN_GPU_DEADLINE_S="${SUITE_S:-330}" bash test/gpu/run_gpu_suite.sh \
     ${SUITE_FILES:-test/test_gpu_collectives.py test/test_gpu_copy_engine.py test/test_gpu_training.py} \
     >"$LOGS/suite.txt" 2>&1
@@ -86,10 +93,24 @@ if has knobs; then
   for knob in ${KNOBS:-default TORCH_PURLIN_CUDA_WORKSPACE_BYTES=256M TORCH_PURLIN_CUDA_PUSH=all \
       TORCH_PURLIN_CUDA_WORKSPACE_BYTES=256M,TORCH_PURLIN_CUDA_PUSH=all}; do
     env $( [ "$knob" = default ] || echo "${knob//,/ }" ) timeout 90 torchrun --nproc-per-node=$NPROC -m torch_purlin.bench \
-      --device cuda --ops all_reduce,all_gather,reduce_scatter,all_to_all -b 64M -e 1G -f 4 --mode graph \
+      --device cuda ${KNOB_ARGS:---ops all_reduce,all_gather,reduce_scatter,all_to_all -b 64M -e 1G -f 4 --mode graph} \
       --impls purlin --time-cap 0.15 >"$LOGS/knob_${knob//[=,]/_}.md" 2>&1
     say "knob $knob exit $?"
     awk '/^## /{op=$2" "$3} /^ +[0-9]+ /{print "  " op, $1, $5}' "$LOGS/knob_${knob//[=,]/_}.md" >>"$S"
   done
+fi
+if has host; then
+  # Host cost per eager call (benchmarks/host_overhead.py), and where it goes when nsys is installed.
+  timeout 120 torchrun --nproc-per-node=$NPROC benchmarks/host_overhead.py >"$OUT/host_overhead.txt" 2>"$LOGS/host.err"
+  say "host exit $?"
+  cat "$OUT/host_overhead.txt" >>"$S"
+  if command -v nsys >/dev/null; then
+    timeout 150 nsys profile -t cuda,osrt -o "$LOGS/host_prof" --force-overwrite true \
+      torchrun --nproc-per-node=$NPROC benchmarks/host_overhead.py --calls 500 >"$LOGS/nsys.txt" 2>&1
+    nsys stats -r cuda_api_sum "$LOGS/host_prof.nsys-rep" >"$OUT/nsys_api.txt" 2>&1
+    say "nsys exit $?"
+  else
+    say "nsys: not installed"
+  fi
 fi
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"

@@ -46,6 +46,14 @@ void require_same_dtype(Request& rq, const std::vector<at::Tensor>& ts) {
   require(rq, why.empty(), why);
 }
 
+// Bytes of a rank's side of an op (NOTE [protocol table]: the larger side decides).
+int64_t bytes_of(const std::vector<at::Tensor>& ts) {
+  int64_t n = 0;
+  for (const auto& t : ts)
+    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
 int64_t numel_of(const std::vector<at::Tensor>& ts) {
   int64_t n = 0;
   for (const auto& t : ts) n += t.numel();
@@ -53,18 +61,17 @@ int64_t numel_of(const std::vector<at::Tensor>& ts) {
 }
 }  // namespace
 
-#define PURLIN_FALLBACK(op_name, tensors, call)                               \
-  do {                                                                        \
-    const std::string why_ = fallback_reason(op_name, tensors);               \
-    if (!why_.empty()) {                                                      \
-      ++seq_;                                                                 \
-      fallback_.count_fallback(op_name, why_);                                \
-      return fallback_.get((tensors).empty() ? c10::Device(c10::kCPU)         \
-                                             : (tensors)[0].device()).call;   \
-    }                                                                         \
-  } while (0);                                                                \
-  /* PURLIN-CUDA hook: the op's stream and Work when it runs natively on CUDA */ \
+// Routes to the fallback if the op cannot (or, by the protocol table, should
+// not) run natively; `table_bytes` as in fallback_reason (-1: no table).
+#define PURLIN_FALLBACK_SIZED(op_name, tensors, table_bytes, call)                      \
+  do {                                                                                  \
+    bool by_table_ = false;                                                             \
+    const std::string why_ = fallback_reason(op_name, tensors, table_bytes, &by_table_); \
+    if (!why_.empty()) return fallback_for(op_name, tensors, why_, by_table_).call;     \
+  } while (0);                                                                          \
+  /* PURLIN-CUDA hook: the op's stream and Work when it runs natively on CUDA */         \
   CudaOpScope purlin_cuda_scope_(cuda_.get(), tensors, opts.asyncOp)
+#define PURLIN_FALLBACK(op_name, tensors, call) PURLIN_FALLBACK_SIZED(op_name, tensors, int64_t{-1}, call)
 
 // Runs rq on the flat `in` / `out` and copies `out` back into `outs` (a no-op
 // when `out` already is the single contiguous output).
@@ -78,7 +85,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_flat(Request& rq, const at::Te
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
-  PURLIN_FALLBACK("all_reduce", tensors, allreduce(tensors, opts));
+  PURLIN_FALLBACK_SIZED("all_reduce", tensors, bytes_of(tensors), allreduce(tensors, opts));
   Request rq = request(CollOp::AllReduce, "all_reduce", tensors[0]);
   set_reduction(rq, opts.reduceOp);
   require(rq, tensors.size() == 1, "expects one tensor per process");
@@ -92,7 +99,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                   const c10d::AllreduceCoalescedOptions& opts) {
-  PURLIN_FALLBACK("all_reduce_coalesced", tensors, allreduce_coalesced(tensors, opts));
+  PURLIN_FALLBACK_SIZED("all_reduce_coalesced", tensors, bytes_of(tensors), allreduce_coalesced(tensors, opts));
   Request rq = request(CollOp::AllReduce, "all_reduce_coalesced", tensors.empty() ? at::Tensor() : tensors[0]);
   set_reduction(rq, opts.reduceOp);
   require(rq, check_same_dtype(tensors).empty(), check_same_dtype(tensors));
@@ -105,7 +112,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce_coalesced(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::ReduceOptions& opts) {
-  PURLIN_FALLBACK("reduce", tensors, reduce(tensors, opts));
+  PURLIN_FALLBACK_SIZED("reduce", tensors, bytes_of(tensors), reduce(tensors, opts));
   Request rq = request(CollOp::Reduce, "reduce", tensors[0]);
   set_reduction(rq, opts.reduceOp);
   rq.root = static_cast<int>(opts.rootRank);
@@ -121,7 +128,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce(std::vector<at::Tensor>& te
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {
-  PURLIN_FALLBACK("broadcast", tensors, broadcast(tensors, opts));
+  PURLIN_FALLBACK_SIZED("broadcast", tensors, bytes_of(tensors), broadcast(tensors, opts));
   Request rq = request(CollOp::Broadcast, "broadcast", tensors[0]);
   rq.root = static_cast<int>(opts.rootRank);
   at::Tensor buf = flat_of({tensors[0]});
@@ -135,7 +142,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> PurlinBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                               const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_FALLBACK("all_gather_into_tensor", all, _allgather_base(output, input, opts));
+  PURLIN_FALLBACK_SIZED("all_gather_into_tensor", all, bytes_of({output}), _allgather_base(output, input, opts));
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor", input);
   require_same_dtype(rq, all);
   require(rq, output.numel() == input.numel() * getSize(),
@@ -152,7 +159,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
                                                         const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK("all_gather", all, allgather(outputs, inputs, opts));
+  PURLIN_FALLBACK_SIZED("all_gather", all, bytes_of(cat_lists(outputs)), allgather(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather", inputs[0]);
   require(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
   require_same_dtype(rq, all);
@@ -171,7 +178,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_into_tensor_coalesced(st
                                                                               const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK("all_gather_into_tensor_coalesced", all, allgather_into_tensor_coalesced(outputs, inputs, opts));
+  PURLIN_FALLBACK_SIZED("all_gather_into_tensor_coalesced", all, bytes_of(outputs), allgather_into_tensor_coalesced(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
   require_same_dtype(rq, all);
   require(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
@@ -201,7 +208,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
                                                                   const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK("all_gather_coalesced", all, allgather_coalesced(outputs, inputs, opts));
+  PURLIN_FALLBACK_SIZED("all_gather_coalesced", all, bytes_of(cat_lists(outputs)), allgather_coalesced(outputs, inputs, opts));
   // outputs[r][i] receives rank r's inputs[i].
   std::vector<at::Tensor> flat_outs;
   bool ok = static_cast<int>(outputs.size()) == getSize();
@@ -226,7 +233,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
 c10::intrusive_ptr<c10d::Work> PurlinBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_FALLBACK("reduce_scatter_tensor", all, _reduce_scatter_base(output, input, opts));
+  PURLIN_FALLBACK_SIZED("reduce_scatter_tensor", all, bytes_of({input}), _reduce_scatter_base(output, input, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor", input);
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
@@ -244,7 +251,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Ten
                                                              const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
-  PURLIN_FALLBACK("reduce_scatter", all, reduce_scatter(outputs, inputs, opts));
+  PURLIN_FALLBACK_SIZED("reduce_scatter", all, bytes_of(cat_lists(inputs)), reduce_scatter(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter", outputs[0]);
   set_reduction(rq, opts.reduceOp);
   require(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");
@@ -263,7 +270,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(st
                                                                               const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK("reduce_scatter_tensor_coalesced", all, reduce_scatter_tensor_coalesced(outputs, inputs, opts));
+  PURLIN_FALLBACK_SIZED("reduce_scatter_tensor_coalesced", all, bytes_of(inputs), reduce_scatter_tensor_coalesced(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
@@ -286,8 +293,10 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall_base(at::Tensor& output, 
                                                             std::vector<int64_t>& input_split_sizes,
                                                             const c10d::AllToAllOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_FALLBACK("all_to_all_single", all,
-                  alltoall_base(output, input, output_split_sizes, input_split_sizes, opts));
+  // With split sizes the ranks' sizes may differ: no protocol table then.
+  PURLIN_FALLBACK_SIZED("all_to_all_single", all,
+                        input_split_sizes.empty() && output_split_sizes.empty() ? bytes_of({input}) : int64_t{-1},
+                        alltoall_base(output, input, output_split_sizes, input_split_sizes, opts));
   Request rq = request(CollOp::AllToAll, "all_to_all_single", input);
   require_same_dtype(rq, all);
   const int W = getSize();

@@ -147,6 +147,11 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
 
+  // NOTE [protocol table]: bytes from which `op` runs on NCCL under `table` (0: never).
+  m.def("nccl_table_from", [](const std::string& table, const std::string& op) {
+    return backend::NcclTable::parse(table).from(op);
+  });
+
   py::class_<backend::PurlinBackend, c10d::Backend, c10::intrusive_ptr<backend::PurlinBackend>>(m, "PurlinBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, py::object fallback_factory) {
@@ -164,7 +169,8 @@ PYBIND11_MODULE(_C, m) {
       .def("last_launch",
            [](const backend::PurlinBackend& self) {
              auto [protocol, blocks, threads] = self.last_launch();
-             return py::dict(py::arg("protocol") = protocol, py::arg("blocks") = blocks, py::arg("threads") = threads);
+             py::object sms = blocks < 0 ? py::none() : py::object(py::int_(blocks));  // -1: NCCL (not known)
+             return py::dict(py::arg("protocol") = protocol, py::arg("blocks") = sms, py::arg("threads") = threads);
            })
       .def(
           "run_spec",

@@ -58,6 +58,18 @@ bool CudaPath::active() const { return impl_->scope != nullptr; }
 
 LastLaunch CudaPath::last_launch() const { return impl_->engine ? impl_->engine->last_launch() : LastLaunch{}; }
 
+int64_t CudaPath::nccl_from(const std::string& op) const { return impl_->engine ? impl_->engine->nccl_from(op) : 0; }
+
+void CudaPath::note_nccl() {
+  if (impl_->engine) impl_->engine->note_nccl();
+}
+
+bool CudaPath::capturing(const c10::Device& dev) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(dev.index()).stream(), &st);
+  return st != cudaStreamCaptureStatusNone;
+}
+
 at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
   TORCH_CHECK(options.device().is_cuda(), "purlin empty on rank ", impl_->rank, ": symmetric memory is for CUDA tensors, got ",
               options.device().str());

@@ -41,8 +41,8 @@ class CudaOpScope;
 
 // What the group's last CUDA launch ran (benchmarks report it).
 struct LastLaunch {
-  std::string protocol;  // "one-shot", "two-shot", "copy", "+zero-copy", "copy-engine"
-  int blocks = 0;        // SMs the kernel occupied (0: copy engine)
+  std::string protocol;  // "one-shot", "two-shot", "copy", "+zero-copy", "copy-engine", "nccl"
+  int blocks = 0;        // SMs the kernel occupied (0: copy engine; -1: not known, NCCL)
   int threads = 0;
 };
 
@@ -65,6 +65,13 @@ class CudaPath {
   // every rank calls it in the same order with the same sizes.
   at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options);
   LastLaunch last_launch() const;
+  // NOTE [protocol table] (fallback.h): bytes from which `op` on CUDA
+  // tensors runs on NCCL (0: never); call after unavailable() returned "".
+  int64_t nccl_from(const std::string& op) const;
+  // Records that the latest collective was served by NCCL (last_launch).
+  void note_nccl();
+  // Whether the current stream of `dev` is capturing a CUDA graph.
+  static bool capturing(const c10::Device& dev);
 
   struct Impl;
 
@@ -109,6 +116,9 @@ inline at::Tensor CudaPath::empty(at::IntArrayRef, const at::TensorOptions&) {
   TORCH_CHECK(false, "purlin: symmetric memory needs the CUDA datapath, which is not in this build");
 }
 inline LastLaunch CudaPath::last_launch() const { return {}; }
+inline int64_t CudaPath::nccl_from(const std::string&) const { return 0; }
+inline void CudaPath::note_nccl() {}
+inline bool CudaPath::capturing(const c10::Device&) { return false; }
 inline CudaOpScope::CudaOpScope(CudaPath*, const std::vector<at::Tensor>&, bool) {}
 inline CudaOpScope::~CudaOpScope() = default;
 #endif

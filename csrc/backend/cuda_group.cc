@@ -137,6 +137,15 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
     all_ce &= v > 0;
     ce_bytes_ = std::max(ce_bytes_, v);
   }
+  // NOTE [protocol table]: every rank routes by rank 0's table (a rank's
+  // own value is still checked, so a typo fails where it was made).
+  const std::string table_mine = env::get("TORCH_PURLIN_CUDA_NCCL_FROM");
+  NcclTable::parse(table_mine);
+  const std::vector<std::string> tables = exchange_("nccl-table", table_mine);
+  nccl_table_ = NcclTable::parse(tables[0]);
+  if (tables[rank_] != tables[0])
+    std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_NCCL_FROM differs from rank 0's; using rank 0's '%s'\n",
+                 rank_, tables[0].c_str());
   if (all_ce) ce_ = std::move(ce);
   else if (debug_ && mine > 0)
     std::fprintf(stderr, "[purlin] rank %d: copy-engine Atom unavailable here or on a peer: %s\n", rank_,

@@ -22,6 +22,7 @@
 #include "atom/cuda/symmetric_pool.h"
 #include "atom/cuda/symmetric_workspace.h"
 #include "backend/cuda_engine.h"
+#include "backend/fallback.h"
 #include "backend/request.h"
 #include "snac/plan.h"
 
@@ -51,6 +52,11 @@ class CudaGroup {
   std::shared_ptr<cu::SymmetricPool> pool();
   const cu::SymmetricWorkspace::AllGather& exchange() const { return exchange_; }
   const LastLaunch& last_launch() const { return last_; }
+  // NOTE [protocol table] (backend/fallback.h): bytes from which `op` runs
+  // on NCCL (0: never), as agreed by the group at setup.
+  int64_t nccl_from(const std::string& op) const { return nccl_table_.from(op); }
+  // Records that the group's latest collective was served by NCCL.
+  void note_nccl() { last_ = LastLaunch{"nccl", -1, 0}; }
 
   // "" or the recorded device timeout, for CudaWork.
   std::function<std::string()> error_source() const {
@@ -105,6 +111,7 @@ class CudaGroup {
   std::unique_ptr<cu::CopyEngineAtom> ce_;  // null unless every rank can use it
   int64_t ce_bytes_ = 0;
   LastLaunch last_;
+  NcclTable nccl_table_;
 };
 
 }  // namespace purlin::backend

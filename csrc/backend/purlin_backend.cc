@@ -65,19 +65,48 @@ CudaPath& PurlinBackend::cuda() const {
   return *cuda_;
 }
 
-std::string PurlinBackend::fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors) const {
+std::string PurlinBackend::fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                           int64_t table_bytes, bool* by_table) const {
   bool cuda_op = false;
   for (const auto& t : tensors) cuda_op |= t.defined() && t.is_cuda();
   if (fallback_.forced(op, cuda_op)) return "forced by TORCH_PURLIN_FORCE_FALLBACK / TORCH_PURLIN_FORCE_NCCL";
   for (const auto& t : tensors) {
     if (!t.defined()) continue;
     if (t.is_sparse()) return "sparse tensors are not supported natively";
-    if (t.is_cuda()) return cuda().unavailable(op, tensors);  // PURLIN-CUDA hook: checks every tensor
+    if (t.is_cuda()) {  // PURLIN-CUDA hook: checks every tensor
+      const std::string why = cuda().unavailable(op, tensors);
+      if (!why.empty() || table_bytes < 0 || getSize() < 2) return why;
+      const int64_t from = cuda().nccl_from(op);  // NOTE [protocol table]
+      if (from <= 0 || table_bytes < from) return "";
+      if (by_table) *by_table = true;
+      return "NCCL measured faster from " + std::to_string(from) +
+             " bytes (the protocol table, TORCH_PURLIN_CUDA_NCCL_FROM; NOTE [protocol table])";
+    }
     if (!t.device().is_cpu()) return std::string("tensors on ") + t.device().str() + " are not supported natively";
     DType d;
     if (!to_dtype(t.scalar_type(), &d)) return std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported natively";
   }
   return "";
+}
+
+c10d::Backend& PurlinBackend::fallback_for(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                           const std::string& why, bool by_table) {
+  ++seq_;
+  const at::Tensor* cuda_t = nullptr;
+  for (const auto& t : tensors)
+    if (t.defined() && t.is_cuda()) cuda_t = &t;
+  if (cuda_t) {
+    // NCCL sets up a communicator on its first collective, which cannot
+    // happen inside graph capture: say so instead of failing inside NCCL.
+    const bool capturing = CudaPath::capturing(cuda_t->device());
+    TORCH_CHECK(!(by_table && capturing && !nccl_ran_eagerly_), "purlin ", op, " on rank ", getRank(),
+                ": this size runs on NCCL (", why, "), and NCCL's first collective of a group cannot be captured "
+                "in a CUDA graph; run one such collective before capturing, or set TORCH_PURLIN_CUDA_NCCL_FROM=none");
+    nccl_ran_eagerly_ |= !capturing;
+    if (by_table) cuda().note_nccl();
+  }
+  fallback_.count_fallback(op, why);
+  return fallback_.get(tensors.empty() ? c10::Device(c10::kCPU) : tensors[0].device());
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::run_native(Request& rq, const std::vector<at::Tensor>& outputs) {

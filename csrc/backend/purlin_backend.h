@@ -96,8 +96,15 @@ class PurlinBackend : public c10d::Backend {
   std::tuple<std::string, int, int> last_launch() const;
 
  private:
-  // Why `op` on `tensors` cannot run natively ("" if it can).
-  std::string fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors) const;
+  // Why `op` on `tensors` cannot run natively ("" if it can). `table_bytes`:
+  // the op's larger side in bytes for the protocol table (NOTE [protocol
+  // table] in fallback.h), -1 for ops that do not consult it; *by_table is
+  // set when the table (not a limit) sends the op to NCCL.
+  std::string fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes = -1,
+                              bool* by_table = nullptr) const;
+  // Counts the fallback of `op` and returns the backend that serves it.
+  c10d::Backend& fallback_for(const std::string& op, const std::vector<at::Tensor>& tensors, const std::string& why,
+                              bool by_table);
   // Runs a native request whose flat in/out tensors are given; returns the Work.
   c10::intrusive_ptr<c10d::Work> run_native(Request& rq, const std::vector<at::Tensor>& keep_alive);
   // set_io + run_native + copy the flat output back into `outs`.
@@ -112,6 +119,7 @@ class PurlinBackend : public c10d::Backend {
   std::unique_ptr<HostEngine> host_;
   mutable std::unique_ptr<CudaPath> cuda_;  // PURLIN-CUDA hook
   uint64_t seq_ = 0;
+  bool nccl_ran_eagerly_ = false;  // a CUDA op ran on NCCL outside graph capture
 };
 
 }  // namespace purlin::backend

@@ -21,7 +21,7 @@ const std::vector<Var>& registry() {
        "the smallest value any rank asks for). Larger tensors are pipelined in rounds."},
       {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M",
        "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes."},
-      {"TORCH_PURLIN_CUDA_LINE_BYTES", "256K",
+      {"TORCH_PURLIN_CUDA_LINE_BYTES", "1M",
        "CUDA collectives of at most this many bytes per rank run on flagged lines (NOTE [flagged lines] in "
        "csrc/atom/cuda/flagged_line.cuh): data and notification in one NVLink store, no flag round trip. "
        "0 disables them; the group uses the smallest value any rank asks for (and sizes its line region, "
@@ -42,6 +42,12 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_POOL_BYTES", "4G",
        "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
        "every peer maps; collectives read inputs from it in place). Allocated on first use."},
+      {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_to_all=64M,all_gather=256M,reduce_scatter=256M",
+       "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/fallback.h): family=bytes items; a "
+       "CUDA collective of that family (all_reduce also names all_reduce_coalesced, all_gather names "
+       "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "
+       "that many bytes goes to NCCL, which measured faster there on 2x H200 (benchmarks/results). 'none' "
+       "keeps every size native. Every rank must use the same value."},
       {"TORCH_PURLIN_FORCE_FALLBACK", "",
        "Comma list of ops (e.g. all_reduce,broadcast) always served by the fallback backend (gloo for CPU "
        "tensors, NCCL for CUDA tensors). 'all' forces every op."},
@@ -63,21 +69,22 @@ std::string get(const char* name) {
   throw std::invalid_argument(std::string("purlin: environment variable not in the registry: ") + name);
 }
 
-int64_t get_bytes(const char* name) {
-  const std::string s = get(name);
+int64_t parse_bytes(const std::string& s, const std::string& what) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || v < 0) throw std::invalid_argument(std::string(name) + ": not a byte count: '" + s + "'");
+  if (end == s.c_str() || v < 0) throw std::invalid_argument(what + ": not a byte count: '" + s + "'");
   int64_t mult = 1;
   switch (std::toupper(static_cast<unsigned char>(*end))) {
     case 'K': mult = int64_t{1} << 10; break;
     case 'M': mult = int64_t{1} << 20; break;
     case 'G': mult = int64_t{1} << 30; break;
     case '\0': break;
-    default: throw std::invalid_argument(std::string(name) + ": bad suffix in '" + s + "'");
+    default: throw std::invalid_argument(what + ": bad suffix in '" + s + "'");
   }
   return static_cast<int64_t>(v * static_cast<double>(mult));
 }
+
+int64_t get_bytes(const char* name) { return parse_bytes(get(name), name); }
 
 bool get_bool(const char* name) {
   std::string s = get(name);

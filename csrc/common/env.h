@@ -23,6 +23,8 @@ const std::vector<Var>& registry();
 // std::invalid_argument for a name missing from the registry.
 std::string get(const char* name);
 int64_t get_bytes(const char* name);  // accepts K/M/G suffixes (powers of 1024)
+// A byte count as get_bytes reads it; `what` names it in the error.
+int64_t parse_bytes(const std::string& text, const std::string& what);
 bool get_bool(const char* name);      // 1/true/yes/on
 // Comma-separated list, lower-cased, empty items dropped.
 std::vector<std::string> get_list(const char* name);

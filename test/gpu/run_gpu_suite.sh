@@ -32,6 +32,7 @@ if ! PURLIN_CUDA_ARCHS="${PURLIN_CUDA_ARCHS:-90}" MAX_JOBS="${MAX_JOBS:-$(nproc)
   exit 1
 fi
 echo "build: $(( $(date +%s) - t0 )) s"
+[ "${PURLIN_BUILD_ONLY:-0}" = 1 ] && exit 0  # tools/device_session.sh parts that only need the build
 
 # The tests get what is left of PURLIN_GPU_DEADLINE_S (default 290 s from the start).
 t1=$(date +%s)

@@ -66,6 +66,11 @@ __device__ __forceinline__ bool load_unit(const KernelParams& p, char* const* li
     return true;
   }
   const T* src = reinterpret_cast<const T*>(r.buf == kInput ? p.input : p.output) + r.offset + e0;
+  if (k == kK && (reinterpret_cast<uintptr_t>(src) & 7) == 0) {  // a whole line's worth: one 8-byte load
+    const uint64_t v = *reinterpret_cast<const uint64_t*>(src);
+    memcpy(x, &v, kLinePayload);
+    return true;
+  }
   for (int j = 0; j < k; ++j) x[j] = src[j];
   return true;
 }
@@ -83,6 +88,12 @@ __device__ __forceinline__ void store_unit(const KernelParams& p, char* const* l
     return;
   }
   T* dst = reinterpret_cast<T*>(d.buf == kInput ? p.input : p.output) + d.offset + e0;
+  if (k == kK && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {  // one 8-byte store
+    uint64_t v;
+    memcpy(&v, x, kLinePayload);
+    *reinterpret_cast<uint64_t*>(dst) = v;
+    return;
+  }
   for (int j = 0; j < k; ++j) dst[j] = x[j];
 }
 
@@ -144,27 +155,38 @@ __device__ bool line_op(const KernelParams& p, char* const* lines, const DevOp& 
 
 template <class T>
 __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ KernelParams p) {
-  __shared__ uint64_t s_state[5];
+  __shared__ uint64_t s_state[4];
   __shared__ char* s_lines[kMaxWorld];
   const int tid = threadIdx.x, G = static_cast<int>(gridDim.x);
   const PadLayout& L = p.layout;
+  const uint64_t* broken = p.pad + L.broken();
+  // One memory latency before the first store, not three: thread 0 reads the
+  // launch state while thread q (< world) reads what it needs itself, the
+  // line parity and peer q's region, and polls peer q's Done word for the
+  // reuse wait of NOTE [line plans] (every peer finished the collective
+  // before last: Done >= pbase). All these loads are independent.
   if (tid == 0) {
     s_state[0] = p.pad[L.base()];
     s_state[1] = p.pad[L.lbase()];
-    s_state[2] = *reinterpret_cast<volatile uint64_t*>(p.pad + L.broken());
-    s_state[3] = p.pad[L.pbase()];
-    s_state[4] = p.pad[L.lseq()];
+    s_state[2] = *reinterpret_cast<const volatile uint64_t*>(broken);
+    s_state[3] = p.pad[L.lseq()];
   }
-  __syncthreads();
-  if (s_state[2] != 0) return;  // an earlier collective failed: the group is broken
-  const uint64_t base = s_state[0], lbase = s_state[1], pbase = s_state[3], lseq = s_state[4];
-  for (int q = tid; q < L.world; q += blockDim.x)
-    s_lines[q] = reinterpret_cast<char*>(p.pad[L.peer_table(q)]) + L.line_offset +
-                 static_cast<int64_t>(lseq & 1) * L.line_half;
   WaitSite site{p.err, p.pad + L.broken(), p.timeout_ns, 0, p.rank, p.op_name};
-  // NOTE [line plans]: every peer finished the collective before last.
-  if (!wait_all<true>(p.pad + L.flag(kDone, 0, 0), L.world, pbase, site, -1, kDone, p.reuse_phase, L.blocks, p.rank))
-    return;
+  bool ok = true;
+  for (int q = tid; q < L.world; q += blockDim.x) {
+    const uint64_t lseq = p.pad[L.lseq()], region = p.pad[L.peer_table(q)];
+    if (q != p.rank) {
+      const uint64_t pbase = p.pad[L.pbase()];
+      const uint64_t* done = p.pad + L.flag(kDone, 0, 0) + static_cast<int64_t>(q) * L.blocks;
+      const uint64_t seen = ptx::ld_acquire_sys(done);
+      // A broken group (an earlier collective failed) returns below instead.
+      if (seen < pbase && *reinterpret_cast<const volatile uint64_t*>(broken) == 0)
+        ok = wait_flag<true>(done, pbase, seen, site, q, 0, kDone, p.reuse_phase);
+    }
+    s_lines[q] = reinterpret_cast<char*>(region) + L.line_offset + static_cast<int64_t>(lseq & 1) * L.line_half;
+  }
+  if (!__syncthreads_and(ok) || s_state[2] != 0) return;
+  const uint64_t base = s_state[0], lbase = s_state[1], lseq = s_state[3];
   const LineFlags flag = line_flags(lseq, p.call_sig);
   site.base = base;
   const DevOp* ops = p.ops ? p.ops : p.inl.ops;

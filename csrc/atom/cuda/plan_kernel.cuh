@@ -127,11 +127,13 @@ __device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base,
   __syncthreads();
   if (threadIdx.x == 0) {
     if (!line_run) __threadfence();
-    const unsigned long long ended = atomicAdd(reinterpret_cast<unsigned long long*>(p.pad + L.finished()), 1ull);
+    // A one-block launch is its own last block: no counter round trip.
+    const unsigned long long ended =
+        G == 1 ? 0ull : atomicAdd(reinterpret_cast<unsigned long long*>(p.pad + L.finished()), 1ull);
     if (ended == static_cast<unsigned long long>(G - 1)) {
       if (!line_run) __threadfence();
       const uint64_t next = base + p.steps + 1;
-      p.pad[L.finished()] = 0;
+      if (G > 1) p.pad[L.finished()] = 0;
       p.pad[L.pbase()] = base;
       p.pad[L.base()] = next;
       p.pad[L.lbase()] = lbase + p.local_syncs;

@@ -48,6 +48,25 @@ static __device__ __noinline__ void record_timeout(const WaitSite& s, int peer, 
   __threadfence_system();
 }
 
+// One thread's wait until *f >= target, after a first load that saw `seen`
+// (callers issue it together with their other loads). Returns false, with
+// the record filled, when the group timeout expires.
+template <bool kSys>
+__device__ __forceinline__ bool wait_flag(const uint64_t* f, uint64_t target, uint64_t seen, const WaitSite& s, int peer,
+                                          int from_block, int kind, uint32_t phase) {
+  if (seen >= target) return true;
+  const uint64_t t0 = ptx::globaltimer_ns();
+  while (seen < target) {
+    const uint64_t waited = ptx::globaltimer_ns() - t0;
+    if (waited > s.timeout_ns) {
+      record_timeout(s, peer, from_block, kind, target, seen, phase, waited);
+      return false;
+    }
+    seen = kSys ? ptx::ld_acquire_sys(f) : ptx::ld_acquire_gpu(f);
+  }
+  return true;
+}
+
 // Block-wide wait until flags[i * stride] >= target for every i < count
 // except i == skip (threads i, i + blockDim, ... poll slot i). Returns
 // false, identically in every thread, if any slot timed out. Ends with a
@@ -59,18 +78,8 @@ __device__ __forceinline__ bool wait_all(const uint64_t* flags, int count, uint6
   for (int i = threadIdx.x; i < count && ok; i += blockDim.x) {
     if (i == skip) continue;
     const uint64_t* f = flags + static_cast<int64_t>(i) * stride;
-    uint64_t seen = kSys ? ptx::ld_acquire_sys(f) : ptx::ld_acquire_gpu(f);
-    if (seen >= target) continue;
-    const uint64_t t0 = ptx::globaltimer_ns();
-    while (seen < target) {
-      const uint64_t waited = ptx::globaltimer_ns() - t0;
-      if (waited > s.timeout_ns) {
-        record_timeout(s, stride == 1 ? peer : i, stride == 1 ? i : 0, kind, target, seen, phase, waited);
-        ok = false;
-        break;
-      }
-      seen = kSys ? ptx::ld_acquire_sys(f) : ptx::ld_acquire_gpu(f);
-    }
+    const uint64_t seen = kSys ? ptx::ld_acquire_sys(f) : ptx::ld_acquire_gpu(f);
+    ok = wait_flag<kSys>(f, target, seen, s, stride == 1 ? peer : i, stride == 1 ? i : 0, kind, phase);
   }
   return __syncthreads_and(ok) != 0;
 }
