@@ -168,8 +168,18 @@ def sync(args):
         torch.cuda.synchronize()
 
 
-def time_calls(fn, iters, args, per=1):
-    """Seconds per op, one sample per call of fn (which runs `per` ops)."""
+EAGER_BATCHES = 5       # CUDA eager mode: samples of back-to-back calls (NOTE [eager timing])
+
+
+def time_calls(fn, iters, args, per=1, batched=False):
+    """Seconds per op, one sample per call of fn (which runs `per` ops), or,
+    when batched, one sample per batch of back-to-back calls.
+
+    NOTE [eager timing]: CUDA eager mode times batches of calls between two
+    events, as nccl-tests does (its time is the mean over back-to-back
+    iterations): whatever bounds a stream of calls, host or GPU, is what it
+    measures. Events around each single call added each rank's host jitter
+    and the ranks' skew to every sample; the same op swung 2x between runs."""
     sync(args)
     agree([0.0])                        # ranks start each timed batch together
     if args.device.type == "cpu":
@@ -179,13 +189,15 @@ def time_calls(fn, iters, args, per=1):
             fn()
             samples.append(time.perf_counter() - t0)
         return samples
-    ev = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(iters)]
+    calls = max(1, iters // EAGER_BATCHES) if batched else 1
+    ev = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(max(1, iters // calls))]
     for start, end in ev:
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
     sync(args)
-    return [s.elapsed_time(e) / 1e3 / per for s, e in ev]
+    return [s.elapsed_time(e) / 1e3 / per / calls for s, e in ev]
 
 
 def capture(run):
@@ -281,7 +293,7 @@ def measure(shared, impl, mode, seed, args):
     else:
         time_calls(run, warmup, args)
         rec.update(launch_fields(impl, args))
-        samples = time_calls(run, iters, args)
+        samples = time_calls(run, iters, args, batched=True)
     med = [0.0] * case.n
     med[case.rank] = statistics.median(samples) * 1e6
     rec["rank_median_us"] = agree(med, dist.ReduceOp.SUM)

@@ -259,7 +259,9 @@ class Printer:
             *(["- proto, SMs: purlin's protocol and blocks (SMs) of its last launch "
                "(torch_purlin.last_launch; ? = not reported)"]
               if args.device.type == "cuda" and kinds & set(PURLIN_KINDS) else []),
-            "- time(us): median over iterations on each rank, max over ranks",
+            "- time(us): median over iterations on each rank, max over ranks; on CUDA an eager iteration is a batch of "
+            "back-to-back calls (iters / 5 per batch, time per call; NOTE [eager timing] in bench.py), a graph "
+            "iteration one replay of 20 captured calls",
             f"- env: {' '.join(f'{k}={x}' for k, x in env.items()) or 'none of ' + '*, '.join(ENV_PREFIXES)}",
             *[f"- note: {x}" for x in m["notes"]], ""]))
 
