@@ -570,7 +570,7 @@ def _worker(rank, world, init_file, log_path):
 
     R.check("bool/complex reductions and a forced op use NCCL", fallback_case)
 
-    # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/fallback.h) -----------------
+    # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h) -----------------
     R.family = "protocol_table"
     tb = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_NCCL_FROM="all_reduce=64K,all_gather=64K,all_to_all=64K")
 

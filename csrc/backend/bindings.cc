@@ -6,6 +6,7 @@
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
+#include "backend/protocol_table.h"
 #include "backend/purlin_backend.h"
 #include "common/env.h"
 #include "snac/collectives.h"

@@ -65,7 +65,7 @@ class CudaPath {
   // every rank calls it in the same order with the same sizes.
   at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options);
   LastLaunch last_launch() const;
-  // NOTE [protocol table] (fallback.h): bytes from which `op` on CUDA
+  // NOTE [protocol table] (protocol_table.h): bytes from which `op` on CUDA
   // tensors runs on NCCL (0: never); call after unavailable() returned "".
   int64_t nccl_from(const std::string& op) const;
   // Records that the latest collective was served by NCCL (last_launch).

@@ -22,7 +22,7 @@
 #include "atom/cuda/symmetric_pool.h"
 #include "atom/cuda/symmetric_workspace.h"
 #include "backend/cuda_engine.h"
-#include "backend/fallback.h"
+#include "backend/protocol_table.h"
 #include "backend/request.h"
 #include "snac/plan.h"
 
@@ -52,7 +52,7 @@ class CudaGroup {
   std::shared_ptr<cu::SymmetricPool> pool();
   const cu::SymmetricWorkspace::AllGather& exchange() const { return exchange_; }
   const LastLaunch& last_launch() const { return last_; }
-  // NOTE [protocol table] (backend/fallback.h): bytes from which `op` runs
+  // NOTE [protocol table] (backend/protocol_table.h): bytes from which `op` runs
   // on NCCL (0: never), as agreed by the group at setup.
   int64_t nccl_from(const std::string& op) const { return nccl_table_.from(op); }
   // Records that the group's latest collective was served by NCCL.

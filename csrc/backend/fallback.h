@@ -15,31 +15,6 @@
 
 namespace purlin::backend {
 
-// NOTE [protocol table] Purlin picks a protocol per collective, size and
-// world size: flagged lines, one-shot or two-shot workspace plans (CudaGroup,
-// launch_config*.cu) and, where NCCL measured faster and nothing of Purlin's
-// does better yet, NCCL itself. Those NCCL rows are this table, read from
-// TORCH_PURLIN_CUDA_NCCL_FROM as family=bytes items: a CUDA collective whose
-// name is the family or starts with family + "_" (the longest family wins:
-// reduce_scatter_tensor is reduce_scatter's, not reduce's) and whose larger
-// side (the rank's inputs or its outputs, all tensors summed) holds at least
-// that many bytes runs on the NCCL fallback, counted and logged once like
-// any fallback. Ops whose ranks legitimately pass different sizes (gather,
-// scatter, all_to_all with split sizes) never consult it, so the decision is
-// the same on every rank; the value itself is agreed at group setup (rank 0's
-// wins). The defaults come from benchmarks/results/cuda_h200x2_20261130c.md
-// (2x H200) and apply to every world size until measured on more GPUs.
-class NcclTable {
- public:
-  // Parses "family=bytes,..." ("" or "none": no rows); throws std::invalid_argument.
-  static NcclTable parse(const std::string& text);
-  // Bytes from which `op` runs on NCCL; 0: never.
-  int64_t from(const std::string& op) const;
-
- private:
-  std::map<std::string, int64_t> rows_;
-};
-
 class Fallback {
  public:
   // Creates the fallback backend for a device type ("cpu" or "cuda").

@@ -103,7 +103,7 @@ c10d::Backend& PurlinBackend::fallback_for(const std::string& op, const std::vec
                 ": this size runs on NCCL (", why, "), and NCCL's first collective of a group cannot be captured "
                 "in a CUDA graph; run one such collective before capturing, or set TORCH_PURLIN_CUDA_NCCL_FROM=none");
     nccl_ran_eagerly_ |= !capturing;
-    if (by_table) cuda().note_nccl();
+    cuda().note_nccl();  // last_launch: whatever sent it there, NCCL runs it
   }
   fallback_.count_fallback(op, why);
   return fallback_.get(tensors.empty() ? c10::Device(c10::kCPU) : tensors[0].device());

@@ -98,7 +98,7 @@ class PurlinBackend : public c10d::Backend {
  private:
   // Why `op` on `tensors` cannot run natively ("" if it can). `table_bytes`:
   // the op's larger side in bytes for the protocol table (NOTE [protocol
-  // table] in fallback.h), -1 for ops that do not consult it; *by_table is
+  // table] in protocol_table.h), -1 for ops that do not consult it; *by_table is
   // set when the table (not a limit) sends the op to NCCL.
   std::string fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes = -1,
                               bool* by_table = nullptr) const;

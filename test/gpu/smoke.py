@@ -1,4 +1,4 @@
-"""smoke.py — a 20-second check of the CUDA datapath on 2 GPUs (build first).
+"""smoke.py — a 20-second check of the CUDA datapath on 2 GPUs, or PURLIN_GPU_WORLD (build first).
 
     python3 test/gpu/smoke.py     # prints one line per check, exits non-zero on a failure
 """
@@ -48,8 +48,8 @@ def main(rank, world, init):
     b = x.clone()
     dist.broadcast(b, src=1, group=pg)
     check("broadcast", torch.equal(b, torch.arange(n, device=dev, dtype=torch.float32) + 1000))
-    ins = [3 + rank, 5]
-    outs = [3 if rank == 0 else 5, 4 if rank == 0 else 5]
+    ins = [3 + rank + d for d in range(world)]   # rank sends 3 + rank + d elements to d
+    outs = [3 + s + rank for s in range(world)]  # and receives 3 + s + rank from s
     a_in = torch.arange(sum(ins), device=dev, dtype=torch.float32) + 100 * rank
     a, aref = torch.zeros(sum(outs), device=dev), torch.zeros(sum(outs), device=dev)
     dist.all_to_all_single(a, a_in, outs, ins, group=pg)
@@ -88,6 +88,8 @@ def main(rank, world, init):
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as d:
-        ctx = mp.start_processes(main, args=(2, os.path.join(d, "init")), nprocs=2, start_method="spawn", join=False)
+        world = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # tools/device_session.sh NPROC
+        ctx = mp.start_processes(main, args=(world, os.path.join(d, "init")), nprocs=world, start_method="spawn",
+                                 join=False)
         while not ctx.join(timeout=60):
             pass
