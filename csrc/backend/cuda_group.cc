@@ -49,9 +49,10 @@ std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout
   os << "purlin " << cu::interned_name(e.op_name) << " on rank " << e.rank << ": ";
   if (e.kind == cu::kCallTag) {
     os << "rank " << e.peer << " called this collective with other arguments than this rank (element count, "
-       << "dtype, reduce op, root, split sizes, or its input is not at the same place of the symmetric pool; "
-       << "NOTE [call tags]); nothing of rank " << e.peer << "'s data was read. The group is unusable: destroy it "
-       << "and create a new one.";
+       << "dtype, reduce op, root, split sizes, or its input is not at the same place of the symmetric pool; also "
+       << "when only some ranks passed tensors from the symmetric pool or in-place tensors, which changes the plan: "
+       << "NOTE [call tags], [zero-copy in place]); nothing of rank " << e.peer << "'s data was read. The group is "
+       << "unusable: destroy it and create a new one.";
     return os.str();
   }
   os << "timed out after " << timeout.count() << " ms ";
