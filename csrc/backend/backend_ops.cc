@@ -54,6 +54,12 @@ int64_t bytes_of(const std::vector<at::Tensor>& ts) {
   return n;
 }
 
+int64_t bytes_of(const std::vector<std::vector<at::Tensor>>& lists) {
+  int64_t n = 0;
+  for (const auto& l : lists) n += bytes_of(l);
+  return n;
+}
+
 int64_t numel_of(const std::vector<at::Tensor>& ts) {
   int64_t n = 0;
   for (const auto& t : ts) n += t.numel();
@@ -159,7 +165,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
                                                         const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK_SIZED("all_gather", all, bytes_of(cat_lists(outputs)), allgather(outputs, inputs, opts));
+  PURLIN_FALLBACK_SIZED("all_gather", all, bytes_of(outputs), allgather(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather", inputs[0]);
   require(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
   require_same_dtype(rq, all);
@@ -208,7 +214,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
                                                                   const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK_SIZED("all_gather_coalesced", all, bytes_of(cat_lists(outputs)), allgather_coalesced(outputs, inputs, opts));
+  PURLIN_FALLBACK_SIZED("all_gather_coalesced", all, bytes_of(outputs), allgather_coalesced(outputs, inputs, opts));
   // outputs[r][i] receives rank r's inputs[i].
   std::vector<at::Tensor> flat_outs;
   bool ok = static_cast<int>(outputs.size()) == getSize();
@@ -251,7 +257,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Ten
                                                              const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
-  PURLIN_FALLBACK_SIZED("reduce_scatter", all, bytes_of(cat_lists(inputs)), reduce_scatter(outputs, inputs, opts));
+  PURLIN_FALLBACK_SIZED("reduce_scatter", all, bytes_of(inputs), reduce_scatter(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter", outputs[0]);
   set_reduction(rq, opts.reduceOp);
   require(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");

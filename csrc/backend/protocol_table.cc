@@ -1,7 +1,6 @@
 // protocol_table.cc — see protocol_table.h.
 #include "backend/protocol_table.h"
 
-#include <cctype>
 #include <stdexcept>
 
 #include "common/env.h"
@@ -10,21 +9,12 @@ namespace purlin::backend {
 
 NcclTable NcclTable::parse(const std::string& text) {
   NcclTable t;
-  std::string cur;
-  for (char c : text + ",") {
-    if (c != ',') {
-      if (!std::isspace(static_cast<unsigned char>(c))) cur.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-      continue;
-    }
-    if (cur.empty() || cur == "none") {
-      cur.clear();
-      continue;
-    }
-    const size_t eq = cur.find('=');
+  for (const std::string& item : env::split_list(text)) {
+    if (item == "none") continue;
+    const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw std::invalid_argument("TORCH_PURLIN_CUDA_NCCL_FROM: expected family=bytes items, got '" + cur + "'");
-    t.rows_[cur.substr(0, eq)] = env::parse_bytes(cur.substr(eq + 1), "TORCH_PURLIN_CUDA_NCCL_FROM");
-    cur.clear();
+      throw std::invalid_argument("TORCH_PURLIN_CUDA_NCCL_FROM: expected family=bytes items, got '" + item + "'");
+    t.rows_[item.substr(0, eq)] = env::parse_bytes(item.substr(eq + 1), "TORCH_PURLIN_CUDA_NCCL_FROM");
   }
   return t;
 }

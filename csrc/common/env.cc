@@ -92,8 +92,9 @@ bool get_bool(const char* name) {
   return s == "1" || s == "true" || s == "yes" || s == "on";
 }
 
-std::vector<std::string> get_list(const char* name) {
-  std::string s = get(name);
+std::vector<std::string> get_list(const char* name) { return split_list(get(name)); }
+
+std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::string cur;
   for (char c : s + ",") {

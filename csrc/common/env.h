@@ -28,5 +28,7 @@ int64_t parse_bytes(const std::string& text, const std::string& what);
 bool get_bool(const char* name);      // 1/true/yes/on
 // Comma-separated list, lower-cased, empty items dropped.
 std::vector<std::string> get_list(const char* name);
+// The same split of any text (a value agreed between ranks, say).
+std::vector<std::string> split_list(const std::string& text);
 
 }  // namespace purlin::env
