@@ -37,7 +37,7 @@ SIZES = (1, 3, 7, 127, 1000, 4099, 65537, 1_000_003)
 FAMILIES = (
     "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
-    "mixed_backend", "counters", "fallback", "protocol_table", "zero_copy", "push", "lines", "block_counts", "call_tag", "timeout",
+    "mixed_backend", "counters", "fallback", "protocol_table", "zero_copy", "push", "lines", "parity", "block_counts", "call_tag", "timeout",
 )
 
 
@@ -657,7 +657,8 @@ def _worker(rank, world, init_file, log_path):
 
     # -- zero-copy: inputs from the symmetric pool are read in place (NOTE [zero-copy]) ----------------------
     R.family = "zero_copy"
-    zc = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_LINE_BYTES="0")  # small sizes too (else flagged lines serve them)
+    # Small and mid sizes too (else flagged lines and parity plans serve them).
+    zc = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
     two_shot_n = 8 * 1024 * 1024 // 2 + 4099  # bf16 elements above TORCH_PURLIN_CUDA_TWO_SHOT_BYTES (8M)
 
     def sym(n, dtype, values=None):
@@ -766,9 +767,10 @@ def _worker(rank, world, init_file, log_path):
 
     # -- push: sources write into the readers' workspaces (NOTE [push]) -------------------------------------
     R.family = "push"
-    # A 1M workspace: many rounds, slot reuse in the readers' workspaces; no lines: push plans at every size.
+    # A 1M workspace: many rounds, slot reuse in the readers' workspaces; no lines or parity plans: push plans
+    # at every size.
     pu = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_PUSH="all", TORCH_PURLIN_CUDA_WORKSPACE_BYTES="1M",
-                      TORCH_PURLIN_CUDA_LINE_BYTES="0")
+                      TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
 
     def push_case(op, n, dtype):
         xs = inputs(W * n, dtype, "sum")
@@ -894,6 +896,110 @@ def _worker(rank, world, init_file, log_path):
 
     R.check("line collectives in a CUDA graph", line_graph)
 
+    # -- parity plans: mid sizes without waiting for the previous collective (NOTE [parity plans]) ----------
+    R.family = "parity"
+    pp = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_LINE_BYTES="256K", TORCH_PURLIN_CUDA_PARITY_BYTES="4M")
+    mid = 300_001  # float32: 1.2 MB per rank, between the line and parity limits
+
+    def parity_protocols():
+        xs = inputs(mid, torch.float32, "sum")
+        t = xs[rank].to(dev)
+        dist.all_reduce(t, group=pp)
+        assert_reduced(t, xs, "sum", "all_reduce")
+        assert torch_purlin.last_launch(pp)["protocol"] == "one-shot+parity", torch_purlin.last_launch(pp)
+        b = xs[rank].to(dev)
+        dist.broadcast(b, src=W - 1, group=pp)
+        assert_equal(b, xs[W - 1], "broadcast")
+        assert torch_purlin.last_launch(pp)["protocol"] == "copy+parity", torch_purlin.last_launch(pp)
+        small = torch.ones(1000, device=dev)
+        dist.all_reduce(small, group=pp)
+        assert torch_purlin.last_launch(pp)["protocol"] == "one-shot+lines", torch_purlin.last_launch(pp)
+        big = torch.ones(2 << 20, device=dev)  # 8 MB: above TORCH_PURLIN_CUDA_PARITY_BYTES, workspace plan
+        dist.all_reduce(big, group=pp)
+        assert torch.all(big == W)
+        assert "parity" not in torch_purlin.last_launch(pp)["protocol"], torch_purlin.last_launch(pp)
+        x = xs[rank].to(dev)
+        dist.all_reduce(x, op=dist._make_nccl_premul_sum(PREMUL_FACTOR), group=pp)  # never a parity plan
+        assert_reduced(x, xs, "premul_sum", "premul_sum")
+        assert "parity" not in torch_purlin.last_launch(pp)["protocol"], torch_purlin.last_launch(pp)
+        c = inputs(mid, torch.complex128)  # 16-byte elements: too wide for lines, fine for parity plans
+        out = torch.empty(W * mid, dtype=torch.complex128, device=dev)
+        dist.all_gather_into_tensor(out, c[rank].to(dev), group=pp)
+        assert_equal(out, torch.cat(c), "complex128 all_gather")
+
+    R.check("protocol by size and op", parity_protocols)
+
+    def parity_sequence(n_iters):
+        # Parity plans back to back with no host sync: consecutive ones alternate halves, asymmetric ones
+        # (broadcast / reduce from rotating roots) let a rank run ahead, and line and workspace collectives
+        # in between advance the same sequence (lseq) or none.
+        checks = []
+        for i in range(n_iters):
+            n = (mid, 777_777 // 2, 400_000, 1000, mid)[i % 5]
+            dtype = (torch.float32, torch.bfloat16, torch.int32)[i % 3]
+            xs = inputs(n, dtype, "sum")
+            kind = i % 7
+            if kind == 0:
+                t = xs[rank].to(dev)
+                dist.broadcast(t, src=i % W, group=pp)
+                checks.append((t, xs[i % W], None, f"broadcast {i}"))
+            elif kind == 1:
+                t = xs[rank].to(dev)
+                dist.reduce(t, dst=i % W, op=dist.ReduceOp.SUM, group=pp)
+                checks.append((t, xs if rank == i % W else xs[rank], "sum" if rank == i % W else None, f"reduce {i}"))
+            elif kind in (2, 6):
+                t = xs[rank].to(dev)
+                dist.all_reduce(t, group=pp)
+                checks.append((t, xs, "sum", f"all_reduce {i}"))
+            elif kind == 3:
+                out = torch.empty(W * n, dtype=dtype, device=dev)
+                dist.all_gather_into_tensor(out, xs[rank].to(dev), group=pp)
+                checks.append((out, torch.cat(xs), None, f"all_gather {i}"))
+            elif kind == 4:
+                big = inputs(3_000_001, torch.float32, "sum")  # a workspace plan in between
+                t = big[rank].to(dev)
+                dist.all_reduce(t, group=pp)
+                checks.append((t, big, "sum", f"all_reduce big {i}"))
+            else:
+                full = inputs(W * (n // W + 1), dtype, "sum")
+                k = n // W + 1
+                out = torch.empty(W * k, dtype=dtype, device=dev)
+                dist.all_to_all_single(out, full[rank].to(dev), group=pp)
+                checks.append((out, torch.cat([f[rank * k:(rank + 1) * k] for f in full]), None, f"all_to_all {i}"))
+        for got, want, op, what in checks:
+            if op is None:
+                assert_equal(got, want, what)
+            else:
+                assert_reduced(got, want, op, what)
+
+    R.check("100 mixed collectives, no host sync", parity_sequence, 100)
+
+    def parity_graph():
+        t = torch.empty(mid, device=dev)
+        b = torch.empty(mid, dtype=torch.bfloat16, device=dev)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            dist.all_reduce(t, group=pp)  # warm the plans outside capture
+            dist.broadcast(b, src=W - 1, group=pp)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s):
+                for _ in range(3):
+                    dist.all_reduce(t, group=pp)
+                    dist.broadcast(b, src=W - 1, group=pp)
+        torch.cuda.current_stream().wait_stream(s)
+        for rep in range(5):
+            xs = inputs(mid, torch.float32, "sum")
+            bs = inputs(mid, torch.bfloat16)
+            t.copy_(xs[rank].to(dev))
+            b.copy_(bs[rank].to(dev))
+            g.replay()
+            torch.cuda.synchronize()
+            assert_reduced(t, [x * W * W for x in xs], "sum", f"graph replay {rep}")  # three all_reduces
+            assert_equal(b, bs[W - 1], f"graph replay {rep} broadcast")
+
+    R.check("parity plans in a CUDA graph", parity_graph)
+
     # -- block counts: the launch's block count follows the size (launch_config.h) --------------------------
     R.family = "block_counts"
 
@@ -913,12 +1019,15 @@ def _worker(rank, world, init_file, log_path):
     R.family = "call_tag"
 
     def call_tag_case(kind):
-        # Other kinds run workspace plans (a pool placement matters only to them).
-        bad = purlin_group(timedelta(seconds=10), **({} if kind == "sizes" else {"TORCH_PURLIN_CUDA_LINE_BYTES": "0"}))
+        # "sizes" runs on flagged lines, "sizes, parity plan" as a parity plan (its tags in ptag, NOTE [parity
+        # plans]), the others on workspace plans (a pool placement matters only to them).
+        env = {"sizes": {}, "sizes, parity plan": {"TORCH_PURLIN_CUDA_LINE_BYTES": "0"}}.get(
+            kind, {"TORCH_PURLIN_CUDA_LINE_BYTES": "0", "TORCH_PURLIN_CUDA_PARITY_BYTES": "0"})
+        bad = purlin_group(timedelta(seconds=10), **env)
         warm = torch.ones(8, device=dev)
         dist.all_reduce(warm, group=bad)
         torch.cuda.synchronize()
-        if kind in ("sizes", "sizes, workspace plan"):
+        if kind.startswith("sizes"):
             t = torch.ones(1000 + 512 * rank, device=dev)  # ranks disagree on the element count
         else:
             p = torch_purlin.empty(1000, device=dev, group=bad)  # collective: both ranks
@@ -943,7 +1052,7 @@ def _worker(rank, world, init_file, log_path):
             assert_equal(t, before, "nothing of the peer's data was read")
         dist.barrier(group=host)
 
-    for kind in ("sizes", "sizes, workspace plan", "pool placement"):
+    for kind in ("sizes", "sizes, parity plan", "sizes, workspace plan", "pool placement"):
         R.check(kind, call_tag_case, kind)
 
     # -- timeout: a rank that never arrives is named, the process stays usable ------------------------------

@@ -68,6 +68,7 @@ def _worker(rank, world, init_file, log_path):
     os.environ["TORCH_PURLIN_CUDA_CE_BYTES"] = "1"
     os.environ["TORCH_PURLIN_CUDA_NCCL_FROM"] = "none"  # the Atom at every size (NOTE [protocol table])
     os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"  # small copies too (flagged lines would serve them)
+    os.environ["TORCH_PURLIN_CUDA_PARITY_BYTES"] = "0"  # and mid-sized ones (parity plans would)
     torch.cuda.set_device(rank)
     import torch_purlin  # noqa: F401  registers "purlin"
 

@@ -92,6 +92,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   opt.device = device_;
   opt.workspace_bytes = env::get_bytes("TORCH_PURLIN_CUDA_WORKSPACE_BYTES");
   opt.line_max_bytes = env::get_bytes("TORCH_PURLIN_CUDA_LINE_BYTES");
+  opt.parity_max_bytes = env::get_bytes("TORCH_PURLIN_CUDA_PARITY_BYTES");
   try {
     opt.blocks = std::stoi(env::get("TORCH_PURLIN_CUDA_BLOCKS"));
   } catch (const std::exception&) {
@@ -223,12 +224,14 @@ bool CudaGroup::zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>
   return two_shot(rq, all);
 }
 
-// Whether a collective may run on flagged lines (NOTE [line plans]): no
-// PREMUL_SUM and elements of at most 8 bytes. The size is judged by
-// plan_for() on the Spec (snac::max_rank_elems), never by this rank's own
-// tensor sizes, which differ between ranks (a scatter's root holds W blocks).
-bool CudaGroup::lines_wanted(const Request& rq) const {
-  return world_ > 1 && ws_->line_max_bytes() > 0 && dtype_size(rq.dtype) <= 8 && rq.redop != RedOp::PremulSum;
+// Whether a collective may run in a region (flagged lines, NOTE [line plans],
+// or a parity plan, NOTE [parity plans]): no PREMUL_SUM (peers would read
+// the scale word without a barrier). The size, the element size and the
+// plan are judged by plan_for() on the Spec (snac::max_rank_elems), never by
+// this rank's own tensor sizes, which differ between ranks (a scatter's root
+// holds W blocks).
+bool CudaGroup::region_wanted(const Request& rq) const {
+  return world_ > 1 && (ws_->line_max_bytes() > 0 || ws_->parity_max_bytes() > 0) && rq.redop != RedOp::PremulSum;
 }
 
 
@@ -239,7 +242,7 @@ bool CudaGroup::two_shot(const Request& rq, const std::vector<PeerMeta>& all) co
 }
 
 const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::vector<PeerMeta>& all,
-                                                   bool zero_copy, bool lines) {
+                                                   bool zero_copy, bool region) {
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
   int64_t shift = 0;
   const cu::IoAlias alias = alias_of(rq, &shift);
@@ -250,7 +253,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   opt.read_peer_inputs = zero_copy;
   const bool two_wanted = two_shot(rq, all);
   const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two_wanted ? "/2" : "/1") +
-                          (zero_copy ? "/z" : "") + (lines ? "/L" : "") + "/s" + std::to_string(shift);
+                          (zero_copy ? "/z" : "") + (region ? "/R" : "") + "/s" + std::to_string(shift);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   if (plans_.size() >= kMaxPlans) {  // inline plans are host-only: safe to drop any time
@@ -272,7 +275,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
     for (const auto& src : ch.sources) contiguous &= src.region.rows <= 1 || src.region.stride == src.region.row_len;
   snac::Plan plan;
   const int64_t lbytes = snac::max_rank_elems(spec) * esize;  // rank-invariant
-  if (lines && contiguous && lbytes <= ws_->line_max_bytes()) {
+  if (region && contiguous && esize <= 8 && lbytes <= ws_->line_max_bytes()) {
     snac::PlanOptions lo = opt;
     lo.reduce_algo = snac::ReduceAlgo::OneShot;
     lo.push = true;
@@ -285,17 +288,33 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
     }
     if (c->lines) opt = lo;
   }
-  // Otherwise (also when lines were asked for but do not qualify) the
-  // workspace plan: a lines request's cache entry serves the call as it is.
-  const bool two = !c->lines && two_wanted;
-  if (!c->lines) {
+  // NOTE [parity plans]: else a one-round push plan in one half of the parity
+  // region, also rank-invariant (the Spec, the agreed region).
+  if (region && !c->lines && lbytes <= ws_->parity_max_bytes()) {
+    snac::PlanOptions po = opt;
+    po.reduce_algo = snac::ReduceAlgo::OneShot;
+    po.push = true;
+    po.slot_elems = ws_->parity_slot_elems(esize) / opt.align_elems * opt.align_elems;
+    try {
+      plan = snac::make_plan(spec, rank_, po);
+      c->parity = plan.rounds == 1;
+    } catch (const std::invalid_argument&) {
+      c->parity = false;
+    }
+    if (c->parity) opt = po;
+  }
+  // Otherwise (also when a region was asked for but the plan does not
+  // qualify) the workspace plan: a region request's cache entry serves the
+  // call as it is.
+  const bool two = !c->lines && !c->parity && two_wanted;
+  if (!c->lines && !c->parity) {
     opt.reduce_algo = two ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
     plan = snac::make_plan(spec, rank_, opt);
   }
   c->spec_bytes = spec_bytes;
   c->blocks = c->lines ? ws_->launch_config().line_blocks_for(lbytes)
                        : ws_->launch_config().blocks_for(spec_bytes);
-  if (spec.kind == snac::OpKind::Copy && !zero_copy) {
+  if (spec.kind == snac::OpKind::Copy && !zero_copy && !c->lines && !c->parity) {
     // The copy-engine Atom runs pull plans only (NOTE [stream memop ordering]:
     // its waits do not flush remote data writes, and pull plans make none).
     snac::PlanOptions pull = opt;
@@ -306,9 +325,10 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
-           (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0);
+           (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0) ^
+           (c->parity ? 0x10000000000ull : 0);
   c->protocol = std::string(c->reduces ? (two ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
-                (c->lines ? "+lines" : opt.push ? "+push" : "");
+                (c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "");
   if (cu::fits_inline(c->plan)) {
     c->inl = std::make_unique<cu::InlinePlan>();
     cu::to_inline(c->plan, c->inl.get());
@@ -355,13 +375,14 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   const std::vector<PeerMeta> all = peer_meta(rq);
   // NOTE [zero-copy]: an input in the symmetric pool is read in place by the
   // peers (who must pass theirs at the same offset: NOTE [call tags]).
-  // Small collectives run on flagged lines when their plan qualifies
-  // (NOTE [line plans]; plan_for decides on the Spec); zero-copy is not
-  // tried for them. A lines request that does not qualify returns the
-  // workspace plan, used as it is unless the input is in the pool.
-  const CachedPlan* cp = lines_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
+  // Small collectives run on flagged lines, mid-sized ones as parity plans,
+  // when their plan qualifies (NOTE [line plans], [parity plans]; plan_for
+  // decides on the Spec); zero-copy is not tried for them. A region request
+  // that does not qualify returns the workspace plan, used as it is unless
+  // the input is in the pool.
+  const CachedPlan* cp = region_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
   int64_t pool_offset = -1;
-  if (!(cp && cp->lines) && pool_ && zero_copy_allowed(rq, all))
+  if (!(cp && (cp->lines || cp->parity)) && pool_ && zero_copy_allowed(rq, all))
     pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype))));
   if (!cp || pool_offset >= 0) cp = &plan_for(rq, all, pool_offset >= 0, false);
   const CachedPlan& c = *cp;
@@ -370,7 +391,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   order_after_last(stream);
   // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
   // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).
-  if (ce_ && !c.lines && !c.reduces && pool_offset < 0 && c.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
+  if (ce_ && !c.lines && !c.parity && !c.reduces && pool_offset < 0 && c.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
     cu::CeCall call;
     call.plan = &c.snac_plan;
     call.input = rq.in;
@@ -409,6 +430,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.threads = ws_->threads();
   l.blocks = c.blocks;
   l.lines = c.lines;
+  l.parity = c.parity;
   l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0);
   l.input_pool_offset = pool_offset;
   last_ = LastLaunch{c.protocol, c.blocks, l.threads};

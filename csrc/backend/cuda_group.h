@@ -76,14 +76,15 @@ class CudaGroup {
     int blocks = 1;                       // launch_config().blocks_for(spec_bytes)
     uint64_t sig = 0;                     // NOTE [call tags]: Spec + dtype + zero-copy
     bool lines = false;                   // runs on flagged lines (NOTE [line plans])
+    bool parity = false;                  // a parity plan (NOTE [parity plans])
     std::string protocol;                 // for last_launch()
   };
 
   // "" or the RuntimeError text of the device error recorded in ws.
   static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout);
   std::vector<PeerMeta> peer_meta(const Request& rq);
-  const CachedPlan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool zero_copy, bool lines);
-  bool lines_wanted(const Request& rq) const;
+  const CachedPlan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool zero_copy, bool region);
+  bool region_wanted(const Request& rq) const;
   void order_after_last(cudaStream_t s);
   bool zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>& all) const;
   bool two_shot(const Request& rq, const std::vector<PeerMeta>& all) const;

@@ -35,9 +35,22 @@
 // pbase = base at its end; line launches also advance lseq. The line region
 // is race-checked like the workspace, so a parity reused while a peer may
 // still read it (asymmetric collectives, plan kernels in between) is
-// reported. Mutations (argv[2]) break the protocol on purpose and must make
-// the run fail: no-reuse-wait (no pbase wait), one-parity, short-flag-period
-// (flags repeat after 6 line collectives instead of 2^33).
+// reported.
+//
+// Parity plans (NOTE [parity plans], plan_kernel.cuh): a region request whose
+// collective is too large for lines but fits the parity region runs its
+// one-round push plan with Workspace refs in one half (lseq % 2) of the
+// owners' parity regions, opens with the pbase wait, skips Consumed
+// signals and waits, and advances lseq. Call tags are modelled for every
+// plan-kernel launch: block 0 writes its tag word into each peer (the
+// call_tag slot, or ptag[lseq % 2] for parity plans) at the start and the
+// first Staged wait on a peer reads it: a tag overwritten by the peer's next
+// collective before it was read is a race (and a mismatch).
+//
+// Mutations (argv[2]) break the protocol on purpose and must make the run
+// fail: no-reuse-wait (no pbase wait), one-parity, short-flag-period (flags
+// repeat after 6 line collectives instead of 2^33), one-tag-slot (parity
+// plans write the call_tag slot).
 //
 // What it does not cover: the CUDA code itself (ptx.cuh, copy.cuh,
 // reduce.cuh, the 16-byte line accesses of flagged_line.cuh, the call-tag
@@ -74,13 +87,14 @@ constexpr int kBlocks = 4;
 constexpr int64_t kEsize = 4;                     // int32 elements
 constexpr int64_t kLineElems = 8 / kEsize;        // payload elements of one 16-byte line (kLinePayload)
 constexpr int64_t kLineMaxBytes = 2048;           // TORCH_PURLIN_CUDA_LINE_BYTES of every emulated group
+constexpr int64_t kParityMaxBytes = 8192;         // TORCH_PURLIN_CUDA_PARITY_BYTES of every emulated group
 
 // Deliberate protocol bugs (argv[2]): each must make the run fail.
-enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod };
+enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod, OneTagSlot };
 Mutation g_mutation = Mutation::None;
 
 int g_failed = 0;
-int64_t g_launches = 0, g_line_launches = 0, g_ops = 0, g_syncs = 0;
+int64_t g_launches = 0, g_line_launches = 0, g_parity_launches = 0, g_ops = 0, g_syncs = 0;
 std::atomic<int64_t> g_races{0};
 
 // ---- happens-before race detector --------------------------------------------
@@ -232,10 +246,21 @@ int64_t line_half_bytes(int world) {
   return (payload * 2 + 4095) / 4096 * 4096;
 }
 
+// NOTE [parity plans] sizes (symmetric_workspace.cu), in int32 elements.
+int64_t parity_half_elems(int world) {
+  return (world * kParityMaxBytes + int64_t{world} * world * 512 + 4095) / 4096 * 4096 / kEsize;
+}
+
+constexpr int kTagSlots = 3;  // call_tag, ptag[0], ptag[1]
+
 struct RankState {
   std::vector<int32_t> ws;                        // workspace: two slots
   std::vector<Cell> ws_cells;
   std::vector<Line> lines[2];                     // the line region's two parities
+  std::vector<int32_t> par[2];                    // the parity region's two halves
+  std::vector<Cell> par_cells[2];
+  std::vector<uint64_t> tags;                     // [slot][from] (kTagSlots)
+  std::vector<Cell> tag_cells;
   std::vector<std::atomic<uint64_t>> flags;       // [kind][from][block]
   std::vector<std::atomic<uint64_t>> local;       // [block]
   std::vector<SyncSlot> flag_sync, local_sync;    // their release histories
@@ -243,8 +268,11 @@ struct RankState {
   std::mutex finish_mu;                           // the pad's `finished` counter
   int finished = 0;
   VC finish_acc;                                  // clocks of the blocks that ended
-  RankState(int world, int64_t ws_elems, int64_t line_count)
+  RankState(int world, int64_t ws_elems, int64_t line_count, int64_t par_elems)
       : ws(ws_elems), ws_cells(ws_elems), lines{std::vector<Line>(line_count), std::vector<Line>(line_count)},
+        par{std::vector<int32_t>(par_elems), std::vector<int32_t>(par_elems)},
+        par_cells{std::vector<Cell>(par_elems), std::vector<Cell>(par_elems)},
+        tags(kTagSlots * world), tag_cells(kTagSlots * world),
         flags(cu::kFlagKinds * world * kBlocks), local(kBlocks), flag_sync(cu::kFlagKinds * world * kBlocks),
         local_sync(kBlocks) {}
 };
@@ -253,9 +281,12 @@ struct Group {
   int world;
   int64_t slot_elems;
   int64_t line_slot_elems;  // SymmetricWorkspace::line_slot_elems
+  int64_t parity_slot_elems;  // SymmetricWorkspace::parity_slot_elems
   std::vector<std::unique_ptr<RankState>> ranks;
-  Group(int w, int64_t slot) : world(w), slot_elems(slot), line_slot_elems(line_half_bytes(w) / 2 / kEsize) {
-    for (int r = 0; r < w; ++r) ranks.push_back(std::make_unique<RankState>(w, 2 * slot, line_half_bytes(w) / 16));
+  Group(int w, int64_t slot)
+      : world(w), slot_elems(slot), line_slot_elems(line_half_bytes(w) / 2 / kEsize), parity_slot_elems(parity_half_elems(w)) {
+    for (int r = 0; r < w; ++r)
+      ranks.push_back(std::make_unique<RankState>(w, 2 * slot, line_half_bytes(w) / 16, parity_half_elems(w)));
   }
   static size_t slot(int world, int kind, int from, int block) {
     return (static_cast<size_t>(kind) * world + from) * kBlocks + block;
@@ -270,6 +301,7 @@ struct Call {
   int blocks = kBlocks;    // this launch's block count (same on every rank)
   bool zero_copy = false;
   bool lines = false;      // runs the line kernel (NOTE [line plans])
+  bool parity = false;     // a parity plan (NOTE [parity plans])
   const Call* all = nullptr;  // every rank's call (peers' inputs); a vector buffer, stable under moves
   int32_t* in = nullptr;
   int32_t* out = nullptr;
@@ -360,6 +392,15 @@ Ptr resolve(const BlockCtx& x, const cu::DevRef& ref) {
     }
     case cu::kOutput: return {x.c.out + ref.offset, x.c.cells + (x.c.out - x.c.mem) + ref.offset};
     default:
+      if (x.c.parity) {  // NOTE [parity plans]: one half of the owner's parity region
+        const int half = g_mutation == Mutation::OneParity ? 0 : static_cast<int>(x.lseq & 1);
+        RankState& o = *x.g.ranks[ref.rank];
+        if (ref.offset < 0 || ref.offset >= static_cast<int64_t>(o.par[half].size())) {
+          std::fprintf(stderr, "element %lld outside the parity region\n", (long long)ref.offset);
+          std::abort();
+        }
+        return {o.par[half].data() + ref.offset, o.par_cells[half].data() + ref.offset};
+      }
       return {x.g.ranks[ref.rank]->ws.data() + ref.offset, x.g.ranks[ref.rank]->ws_cells.data() + ref.offset};
   }
 }
@@ -478,7 +519,7 @@ void end_launch(BlockCtx& x) {
   me.pbase = x.base;
   me.base = next;
   me.lbase = x.lbase + x.c.plan.local_syncs;
-  if (x.c.lines) ++me.lseq;
+  if (x.c.lines || x.c.parity) ++me.lseq;
   for (int q = 0; q < x.g.world; ++q)
     if (q != x.r) {
       x.g.sync(q, cu::kDone, x.r, 0).release(next, x.vc, x.t);
@@ -492,8 +533,21 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
   const int G = c.blocks;
   BlockCtx x{g, r, b, r * kBlocks + b, c, me.base, me.lbase, me.lseq, vc};
   const uint64_t pbase = me.pbase;
-  if (!c.lines) wait_done(x, x.base);
-  else if (g_mutation != Mutation::NoReuseWait) wait_done(x, pbase);  // NOTE [line plans]
+  const bool region = c.lines || c.parity;
+  if (!region) wait_done(x, x.base);
+  else if (g_mutation != Mutation::NoReuseWait) wait_done(x, pbase);  // NOTE [line plans], [parity plans]
+  // NOTE [call tags]: block 0 publishes its tag (here base + 1, equal on
+  // every rank of a valid call) in each peer's slot; parity plans use
+  // ptag[lseq % 2].
+  const int tag_slot = c.parity && g_mutation != Mutation::OneTagSlot ? 1 + static_cast<int>(x.lseq & 1) : 0;
+  if (!c.lines && b == 0)
+    for (int q = 0; q < g.world; ++q)
+      if (q != r) {
+        RankState& peer = *g.ranks[q];
+        const size_t at = static_cast<size_t>(tag_slot) * g.world + r;
+        on_write(&peer.tag_cells[at], vc, x.t, "start: publish the call tag");
+        peer.tags[at] = x.base + 1;
+      }
   auto acquire_all = [&](int at, int kind, int from, uint64_t target) {
     for (int k = 0; k < G; ++k) g.sync(at, kind, from, k).acquire(target, vc);
   };
@@ -503,11 +557,22 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
     switch (op.code) {
       case cu::kWait:
         if (c.lines) break;  // carried by the lines
+        if (c.parity && op.flag == cu::kConsumed) break;  // one round (NOTE [parity plans])
         wait_all(&g.flag(r, op.flag, op.peer, 0), G, x.base + op.value, "Staged/Consumed");
         acquire_all(r, op.flag, op.peer, x.base + op.value);
+        if (op.check_tag) {
+          const size_t at = static_cast<size_t>(tag_slot) * g.world + op.peer;
+          on_read(&me.tag_cells[at], vc, x.t, "consume: check the call tag");
+          if (me.tags[at] != x.base + 1) {
+            std::printf("FAIL rank %d: call tag of rank %d is %llu, expected %llu (overwritten)\n", r, op.peer,
+                        (unsigned long long)me.tags[at], (unsigned long long)(x.base + 1));
+            ++g_failed;
+          }
+        }
         break;
       case cu::kSignal:
         if (c.lines) break;
+        if (c.parity && op.flag == cu::kConsumed) break;
         g.sync(op.peer, op.flag, r, b).release(x.base + op.value, vc, x.t);
         g.flag(op.peer, op.flag, r, b).store(x.base + op.value, std::memory_order_release);
         break;
@@ -542,7 +607,8 @@ struct Case {
   int blocks = kBlocks;
   bool zero_copy = false;
   bool push = false;    // NOTE [push]
-  bool lines = false;   // the host tries flagged lines (NOTE [line plans])
+  bool lines = false;   // the host tries a region: flagged lines (NOTE [line plans]), else a parity plan
+  bool parity = false;  // as run: a parity plan (NOTE [parity plans])
   int64_t rows = 1, row_len = 0;  // Interleaved: n = rows * row_len
 };
 
@@ -551,7 +617,7 @@ std::string name_of(const Case& c) {
                                 "reduce",     "gather",     "scatter",        "interleaved_all_gather"};
   return std::string(kinds[static_cast<int>(c.kind)]) + (c.layout == Layout::InPlace ? " in-place" : "") +
          (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.push ? " push" : "") +
-         (c.lines ? " lines" : "") + " n=" + std::to_string(c.n) + " blocks=" + std::to_string(c.blocks);
+         (c.lines ? " lines" : "") + (c.parity ? " parity" : "") + " n=" + std::to_string(c.n) + " blocks=" + std::to_string(c.blocks);
 }
 
 snac::Spec spec_of(const Case& cs, int W) {
@@ -613,6 +679,22 @@ bool line_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions 
   return plan->rounds == 1;
 }
 
+// CudaGroup::plan_for's parity branch (NOTE [parity plans]): a one-round
+// one-shot push plan that fits one half of the parity region.
+bool parity_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
+  if (g.world < 2 || snac::max_rank_elems(spec) * kEsize > kParityMaxBytes) return false;
+  opt.push = true;
+  opt.read_peer_inputs = false;
+  opt.reduce_algo = snac::ReduceAlgo::OneShot;
+  opt.slot_elems = g.parity_slot_elems / opt.align_elems * opt.align_elems;
+  try {
+    *plan = snac::make_plan(spec, r, opt);
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+  return plan->rounds == 1;
+}
+
 // One collective as every rank calls it: plans, memory, inputs.
 struct Prepared {
   Case cs;  // as run: lines set when it runs on lines
@@ -664,7 +746,7 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
   std::vector<cu::IoAlias> aliases(W);
   std::vector<int64_t> shifts(W);
   std::vector<snac::Plan> plans(W);
-  int on_lines = 0;
+  int on_lines = 0, on_parity = 0;
   for (int r = 0; r < W; ++r) {
     const int64_t ni = spec.input_numel[r], no = spec.output_numel[r];
     std::uniform_int_distribution<int32_t> val(-1000, 1000);
@@ -681,7 +763,9 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
       aliases[r] = in == out ? cu::IoAlias::Same : cu::IoAlias::Shifted;
     shifts[r] = aliases[r] == cu::IoAlias::Shifted ? in - out : 0;
     opts[r] = plan_options(g, cs, r, aliases[r], shifts[r]);
-    on_lines += cs.lines && lines_wanted(g, spec) && line_plan(g, spec, r, opts[r], &plans[r]);
+    const bool line = cs.lines && lines_wanted(g, spec) && line_plan(g, spec, r, opts[r], &plans[r]);
+    on_lines += line;
+    on_parity += cs.lines && !line && parity_plan(g, spec, r, opts[r], &plans[r]);
     p.cells[r].resize(p.mem[r].size());
     p.calls[r].in = in;
     p.calls[r].out = out;
@@ -689,22 +773,25 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     p.calls[r].cells = p.cells[r].data();
     p.calls[r].all = p.calls.data();
   }
-  if (on_lines != 0 && on_lines != W) {  // plan_for's choice must be rank-invariant
-    std::printf("FAIL %s world=%d: %d of %d ranks chose a line plan\n", name_of(cs).c_str(), W, on_lines, W);
+  if ((on_lines != 0 && on_lines != W) || (on_parity != 0 && on_parity != W)) {  // plan_for's choice must be rank-invariant
+    std::printf("FAIL %s world=%d: %d / %d of %d ranks chose a line / parity plan\n", name_of(cs).c_str(), W, on_lines,
+                on_parity, W);
     ++g_failed;
   }
-  const bool lines = on_lines == W;
-  if (lines) {  // the line plan replaces push / zero-copy / two-shot choices
-    p.cs.lines = true;
+  const bool lines = on_lines == W, parity = !lines && on_parity == W;
+  p.cs.lines = lines;
+  p.cs.parity = parity;
+  if (lines || parity) {  // a region plan replaces push / zero-copy / two-shot choices
     p.cs.push = true;
     p.cs.zero_copy = p.cs.two_shot = false;
   }
   for (int r = 0; r < W; ++r) {
-    if (!lines) plans[r] = snac::make_plan(spec, r, opts[r]);
+    if (!lines && !parity) plans[r] = snac::make_plan(spec, r, opts[r]);
     p.calls[r].plan = cu::lower_plan(plans[r], cs.blocks, kEsize, aliases[r], shifts[r]);
     p.calls[r].blocks = cs.blocks;
-    p.calls[r].zero_copy = !lines && opts[r].read_peer_inputs;
+    p.calls[r].zero_copy = !lines && !parity && opts[r].read_peer_inputs;
     p.calls[r].lines = lines;
+    p.calls[r].parity = parity;
     g_ops += static_cast<int64_t>(p.calls[r].plan.ops.size());
     g_syncs += p.calls[r].plan.local_syncs;
   }
@@ -800,19 +887,20 @@ void run_sequence(Group& g, const std::vector<Prepared>& seq, unsigned seed) {
   for (const Prepared& p : seq) {
     g_launches += p.calls[0].plan.rounds > 0;
     g_line_launches += p.calls[0].plan.rounds > 0 && p.calls[0].lines;
+    g_parity_launches += p.calls[0].plan.rounds > 0 && p.calls[0].parity;
   }
 }
 
 // A random collective. About 40% of those of a group of several ranks are
-// small ones for which the host tries flagged lines.
+// region requests: small ones (flagged lines) and mid-sized ones (parity plans).
 Case random_case(int world, std::mt19937& rng) {
   Case c;
   c.kind = static_cast<Kind>(rng() % kKinds);
   c.layout = rng() % 2 ? Layout::InPlace : Layout::Disjoint;
   c.lines = world > 1 && rng() % 5 < 2;
   static const int64_t sizes[] = {0, 1, 5, 127, 128, 129, 700, 1000, 2049, 5000};
-  static const int64_t small[] = {1, 2, 5, 64, 127, 128, 129, 255, 300, 512};
-  c.n = c.lines ? small[rng() % 10] : sizes[rng() % 10];
+  static const int64_t small[] = {1, 2, 5, 64, 127, 128, 129, 255, 300, 512, 600, 700, 1000, 1500, 2048};
+  c.n = c.lines ? small[rng() % 15] : sizes[rng() % 10];
   c.two_shot = c.kind == Kind::AllReduce && rng() % 2;
   c.blocks = 1 + static_cast<int>(rng() % kBlocks);
   c.zero_copy = rng() % 3 == 0;
@@ -838,8 +926,9 @@ Mutation parse_mutation(const char* s) {
   if (m == "no-reuse-wait") return Mutation::NoReuseWait;
   if (m == "one-parity") return Mutation::OneParity;
   if (m == "short-flag-period") return Mutation::ShortFlagPeriod;
+  if (m == "one-tag-slot") return Mutation::OneTagSlot;
   if (!m.empty()) {
-    std::fprintf(stderr, "unknown mutation '%s' (no-reuse-wait, one-parity, short-flag-period)\n", s);
+    std::fprintf(stderr, "unknown mutation '%s' (no-reuse-wait, one-parity, short-flag-period, one-tag-slot)\n", s);
     std::exit(2);
   }
   return Mutation::None;
@@ -871,9 +960,10 @@ int main(int argc, char** argv) {
     }
   }
   g_failed += static_cast<int>(g_races.load() > 0);
-  std::printf("cuda plan emulation: %d collectives (%lld launched, %lld on flagged lines, %lld ops, %lld local barriers), "
-              "%lld races, %d failed\n",
-              ran, (long long)g_launches, (long long)g_line_launches, (long long)g_ops, (long long)g_syncs,
+  std::printf("cuda plan emulation: %d collectives (%lld launched, %lld on flagged lines, %lld parity plans, %lld ops, "
+              "%lld local barriers), %lld races, %d failed\n",
+              ran, (long long)g_launches, (long long)g_line_launches, (long long)g_parity_launches, (long long)g_ops,
+              (long long)g_syncs,
               (long long)g_races.load(), g_failed);
   return g_failed ? 1 : 0;
 }

@@ -27,6 +27,25 @@
 //   peer's data is read: the rank stops, the group is broken, and the host
 //   raises "rank P called <op> with other arguments". The Staged release of
 //   block 0 publishes the tag (same thread, earlier store).
+// NOTE [parity plans] A one-round push plan (too large for flagged lines,
+//   small enough for the parity region) need not wait for the previous
+//   collective to end: its Workspace is one half of the parity region, the
+//   half of parity lseq % 2 (lseq counts line and parity collectives alike),
+//   so what it writes into a reader's region cannot be what that reader still
+//   reads for the previous region collective. It opens with the line plans'
+//   reuse wait instead of the Done wait: every peer raised Done for the
+//   collective before last (pbase), so no peer still reads the half it
+//   writes (NOTE [line plans] in line_kernel.cuh). Inside, the plan runs as
+//   usual: data pushed with plain stores, Staged released after it (epochs
+//   stay monotonic, so a Staged flag of a later collective also proves this
+//   one's data). It skips what guards a slot across rounds (Consumed; one
+//   round) and the words the previous collective may still read: the scale
+//   word (no PREMUL_SUM) and the call_tag word (its tags go to ptag[lseq %
+//   2], which the collective before last used and every peer finished).
+//   Its Done is a line Done (NOTE [line Done]): its remote writes are
+//   published by Staged, and Done only says its reads are over. Chosen on
+//   the host per Spec, identically on every rank (CudaGroup::plan_for).
+//   Separate from the line region: plain data there could pass for a line.
 // NOTE [zero-copy sources] Plans made with PlanOptions::read_peer_inputs
 //   name peers' inputs (Input refs of another rank): the input lies in the
 //   symmetric pool at the same offset on every rank (the call tag checks
@@ -70,6 +89,7 @@ struct KernelParams {
   uint32_t reuse_phase;  // interned phase name of the Done wait
   uint32_t line_phase;   // interned phase name of a flagged-line poll
   int lines;             // 1: run the plan over flagged lines (line_kernel.cuh)
+  int parity;            // 1: a parity plan (NOTE [parity plans])
 };
 
 __device__ __forceinline__ uint64_t call_tag(uint64_t sig, uint64_t base) {
@@ -80,14 +100,16 @@ __device__ __forceinline__ uint64_t call_tag(uint64_t sig, uint64_t base) {
 
 namespace detail {
 
-__device__ __forceinline__ char* buffer_of(const KernelParams& p, const DevRef& r, int64_t esize) {
+// ws_bytes: where this launch's Workspace starts in every rank's buffer (the
+// workspace, or a half of the parity region: NOTE [parity plans]).
+__device__ __forceinline__ char* buffer_of(const KernelParams& p, const DevRef& r, int64_t esize, int64_t ws_bytes) {
   switch (r.buf) {
     case kInput:
       if (r.rank == p.rank) return p.input + r.offset * esize;
       return reinterpret_cast<char*>(p.pad[p.layout.pool_table(r.rank)]) + p.input_pool_offset + r.offset * esize;
     case kOutput: return p.output + r.offset * esize;
     default:
-      return reinterpret_cast<char*>(p.pad[p.layout.peer_table(r.rank)]) + p.layout.pad_bytes() + r.offset * esize;
+      return reinterpret_cast<char*>(p.pad[p.layout.peer_table(r.rank)]) + ws_bytes + r.offset * esize;
   }
 }
 
@@ -116,12 +138,13 @@ __device__ void reduce_by_op(int redop, T* dst, const T* const* srcs, const Acc*
 // the epochs and raises Done at every peer. Each block's fence orders its
 // accesses before its count; the last block's fence orders the others'
 // (observed through the count) before its Done release. pbase and lseq serve
-// line collectives (NOTE [flagged lines]).
+// region collectives (NOTE [flagged lines], [parity plans]).
 // NOTE [line Done] A line launch's Done only has to say that its reads are
 // over (its writes are lines, validated by their flags, or local): every
 // block counts itself after a barrier that its threads reach only with the
 // values of their loads in hand, so the fences and the release are dropped
-// (2 us of a 6 us broadcast on 2x H200). Plan launches keep them.
+// (2 us of a 6 us broadcast on 2x H200). Parity plans take the same Done
+// (NOTE [parity plans]); other plan launches keep the fences.
 __device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base, uint64_t lbase, int G, bool line_run) {
   const PadLayout& L = p.layout;
   __syncthreads();
@@ -164,7 +187,7 @@ template <class T>
 __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ KernelParams p) {
   constexpr int64_t kE = sizeof(T);
   using Acc = std::conditional_t<kReducible<T>, typename Elem<T>::Acc, double>;
-  __shared__ uint64_t s_state[3];
+  __shared__ uint64_t s_state[5];
   __shared__ const T* s_src[kMaxWorld];
   __shared__ Acc s_scale[kMaxWorld];
   const int b = blockIdx.x, tid = threadIdx.x;
@@ -175,22 +198,32 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
     s_state[0] = p.pad[L.base()];
     s_state[1] = p.pad[L.lbase()];
     s_state[2] = *reinterpret_cast<volatile uint64_t*>(p.pad + L.broken());
+    s_state[3] = p.pad[L.pbase()];
+    s_state[4] = p.pad[L.lseq()];
   }
   __syncthreads();
   if (s_state[2] != 0) return;  // an earlier collective failed: the group is broken
   const uint64_t base = s_state[0], lbase = s_state[1];
+  const bool parity = p.parity != 0;
+  const int half = static_cast<int>(s_state[4] & 1);  // NOTE [parity plans]
+  const int64_t ws_bytes = parity ? L.parity_offset + half * L.parity_half : L.pad_bytes();
   WaitSite site{p.err, p.pad + L.broken(), p.timeout_ns, base, p.rank, p.op_name};
 
   // NOTE [device reuse]: every peer finished the previous collective (thread
-  // q polls peer q's Done word; the words are L.blocks apart).
-  if (!wait_all<true>(p.pad + L.flag(kDone, 0, 0), L.world, base, site, -1, kDone, p.reuse_phase, L.blocks, p.rank))
+  // q polls peer q's Done word; the words are L.blocks apart). A parity plan
+  // waits for the collective before last only (NOTE [parity plans]).
+  WaitSite reuse_site = site;
+  if (parity) reuse_site.base = 0;  // as the line kernel records its pbase wait
+  if (!wait_all<true>(p.pad + L.flag(kDone, 0, 0), L.world, parity ? s_state[3] : base, reuse_site, -1, kDone,
+                      p.reuse_phase, L.blocks, p.rank))
     return;
   const uint64_t my_tag = call_tag(p.call_sig, base);
+  const int64_t tag_slot = parity ? L.ptag(half, 0) : L.call_tag(0);
   if (tid == 0) {
-    p.pad[L.scale()] = static_cast<uint64_t>(__double_as_longlong(p.scale));
+    if (!parity) p.pad[L.scale()] = static_cast<uint64_t>(__double_as_longlong(p.scale));
     if (b == 0)  // NOTE [call tags]: published by block 0's first Staged release
       for (int q = 0; q < L.world; ++q)
-        if (q != p.rank) detail::peer_pad(p, q)[L.call_tag(p.rank)] = my_tag;
+        if (q != p.rank) detail::peer_pad(p, q)[tag_slot + p.rank] = my_tag;
   }
 
   const DevOp* ops = p.ops ? p.ops : p.inl.ops;
@@ -199,12 +232,13 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
     const DevOp& op = ops[i];
     switch (op.code) {
       case kWait:
+        if (parity && op.flag == kConsumed) break;  // one round (NOTE [parity plans])
         if (!wait_all<true>(p.pad + L.flag(op.flag, op.peer, 0), G, base + op.value, site, op.peer, op.flag, op.phase))
           return;
         if (op.check_tag) {
           bool bad = false;
           if (tid == 0) {
-            const uint64_t seen = *reinterpret_cast<volatile uint64_t*>(p.pad + L.call_tag(op.peer));
+            const uint64_t seen = *reinterpret_cast<volatile uint64_t*>(p.pad + tag_slot + op.peer);
             bad = seen != my_tag;
             if (bad) {
               WaitSite raw = site;
@@ -216,6 +250,7 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
         }
         break;
       case kSignal:
+        if (parity && op.flag == kConsumed) break;
         __syncthreads();
         if (tid == 0) ptx::st_release_sys(detail::peer_pad(p, op.peer) + L.flag(op.flag, p.rank, b), base + op.value);
         break;
@@ -226,7 +261,8 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
         const int64_t per = part_size(op.n, G, kE), lo = b * per;
         const int64_t hi = op.n < lo + per ? op.n : lo + per;
         if (lo < hi)
-          block_copy(detail::buffer_of(p, op.dst, kE) + lo * kE, detail::buffer_of(p, srcs[op.src_begin], kE) + lo * kE,
+          block_copy(detail::buffer_of(p, op.dst, kE, ws_bytes) + lo * kE,
+                     detail::buffer_of(p, srcs[op.src_begin], kE, ws_bytes) + lo * kE,
                      (hi - lo) * kE);
         __syncthreads();
         break;
@@ -238,14 +274,14 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
           if (lo < hi) {  // uniform in the block
             if (tid < op.src_count) {
               const DevRef& s = srcs[op.src_begin + tid];
-              s_src[tid] = reinterpret_cast<const T*>(detail::buffer_of(p, s, kE)) + lo;
+              s_src[tid] = reinterpret_cast<const T*>(detail::buffer_of(p, s, kE, ws_bytes)) + lo;
               double f = p.scale;
               if (static_cast<RedOp>(p.redop) == RedOp::PremulSum && s.rank != p.rank)
                 f = __longlong_as_double(static_cast<long long>(ptx::ld_acquire_sys(detail::peer_pad(p, s.rank) + L.scale())));
               s_scale[tid] = static_cast<Acc>(f);
             }
             __syncthreads();
-            detail::reduce_by_op<T, Acc>(p.redop, reinterpret_cast<T*>(detail::buffer_of(p, op.dst, kE)) + lo, s_src,
+            detail::reduce_by_op<T, Acc>(p.redop, reinterpret_cast<T*>(detail::buffer_of(p, op.dst, kE, ws_bytes)) + lo, s_src,
                                          s_scale, op.src_count, hi - lo);
           }
         }
@@ -256,7 +292,7 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
     }
   }
 
-  detail::end_launch(p, base, lbase, G, false);
+  detail::end_launch(p, base, lbase, G, parity);
 }
 
 }  // namespace purlin::atom::cuda

@@ -19,9 +19,11 @@
 //   pool_table[W]             W      every rank's symmetric pool (symmetric_pool.h)
 //                                    as mapped here; 0 while there is none
 //   pbase                     1      base of the previous collective (NOTE [flagged lines])
-//   lseq                      1      line collectives this group ran (NOTE [flagged lines])
+//   lseq                      1      region collectives (line and parity plans) this group ran
+//   ptag[parity][from]        2*W    call tags of parity plans (NOTE [parity plans], plan_kernel.cuh)
 // The workspace (SNAC's two slots) follows at pad_bytes(), then the line
-// region (two parities of line_half bytes, flagged_line.cuh) at line_offset.
+// region (two parities of line_half bytes, flagged_line.cuh) at line_offset,
+// then the parity region (two halves of parity_half bytes) at parity_offset.
 //
 // NOTE [device epochs] Flag values are epochs: base + plan step, never reset
 //   (NOTE [epochs] in snac/plan.h). Every block of a launch reads `base` at
@@ -58,6 +60,8 @@ struct PadLayout {
   int blocks = 1;
   int64_t line_offset = 0;  // bytes from the buffer start to the line region; 0: none
   int64_t line_half = 0;    // bytes of one parity of the line region
+  int64_t parity_offset = 0;  // bytes from the buffer start to the parity region; 0: none
+  int64_t parity_half = 0;    // bytes of one half of the parity region
 
   PURLIN_HD int64_t flag(int kind, int from, int block) const {
     return (static_cast<int64_t>(kind) * world + from) * blocks + block;
@@ -74,7 +78,8 @@ struct PadLayout {
   PURLIN_HD int64_t pool_table(int rank) const { return call_tag(0) + world + rank; }
   PURLIN_HD int64_t pbase() const { return pool_table(0) + world; }
   PURLIN_HD int64_t lseq() const { return pbase() + 1; }
-  PURLIN_HD int64_t words() const { return lseq() + 1; }
+  PURLIN_HD int64_t ptag(int parity, int from) const { return lseq() + 1 + static_cast<int64_t>(parity) * world + from; }
+  PURLIN_HD int64_t words() const { return ptag(0, 0) + 2 * world; }
   // The workspace starts at this byte offset (4 KiB aligned).
   PURLIN_HD int64_t pad_bytes() const { return (words() * 8 + 4095) / 4096 * 4096; }
 };

@@ -30,20 +30,20 @@ namespace {
 struct Probe {
   std::string host, bus, error;
   int major = 0, minor = 0, sms = 0, blocks = 0;
-  int64_t ws = 0, lines = 0;
+  int64_t ws = 0, lines = 0, parity = 0;
 
   std::string encode() const {
     std::ostringstream os;
     // 'x' keeps hex fields non-empty for operator>>.
     os << 'x' << to_hex(host.data(), host.size()) << '\n' << bus << '\n' << major << '\n' << minor << '\n' << sms
-       << '\n' << blocks << '\n' << ws << '\n' << lines << '\n' << 'x' << to_hex(error.data(), error.size());
+       << '\n' << blocks << '\n' << ws << '\n' << lines << '\n' << parity << '\n' << 'x' << to_hex(error.data(), error.size());
     return os.str();
   }
   static Probe decode(const std::string& s) {
     std::istringstream is(s);
     Probe p;
     std::string host, err;
-    is >> host >> p.bus >> p.major >> p.minor >> p.sms >> p.blocks >> p.ws >> p.lines;
+    is >> host >> p.bus >> p.major >> p.minor >> p.sms >> p.blocks >> p.ws >> p.lines >> p.parity;
     if (!(is >> err)) err = "x";
     p.host = from_hex(host.substr(1));
     p.error = from_hex(err.substr(1));
@@ -98,6 +98,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   mine.blocks = opt.blocks > 0 ? std::min(opt.blocks, kMaxBlocks) : 0;
   mine.ws = opt.workspace_bytes;
   mine.lines = std::max<int64_t>(0, opt.line_max_bytes);
+  mine.parity = std::max<int64_t>(0, opt.parity_max_bytes);
   if (opt.world > kMaxWorld) mine.error = "the CUDA datapath supports at most " + std::to_string(kMaxWorld) + " ranks";
   if (opt.workspace_bytes < 64 * 1024) mine.error = "TORCH_PURLIN_CUDA_WORKSPACE_BYTES must be at least 64K";
 
@@ -110,7 +111,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   // smallest GPU; a fixed block count if any rank asked for one (the smallest).
   DeviceInfo group_info = info;
   int fixed = 0;
-  int64_t bytes = INT64_MAX, line_max = INT64_MAX;
+  int64_t bytes = INT64_MAX, line_max = INT64_MAX, parity_max = INT64_MAX;
   bool same_arch = true;
   for (const Probe& p : probes) {
     same_arch &= p.major == probes[0].major && p.minor == probes[0].minor;
@@ -118,6 +119,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
     if (p.blocks > 0) fixed = fixed > 0 ? std::min(fixed, p.blocks) : p.blocks;
     bytes = std::min(bytes, p.ws);
     line_max = std::min(line_max, p.lines);
+    parity_max = std::min(parity_max, p.parity);
   }
   group_info.major = probes[0].major;
   group_info.minor = probes[0].minor;
@@ -137,6 +139,15 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
     ws->layout_.line_half = (payload * 2 + 4095) / 4096 * 4096;
     ws->layout_.line_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_;
   }
+  // NOTE [parity plans]: two halves of plain data, each room for every rank's
+  // contribution of the largest parity plan plus the planner's alignment.
+  // Apart from the line region: plain data there could pass for a line.
+  ws->parity_max_bytes_ = parity_max;
+  if (parity_max > 0) {
+    const int64_t W = opt.world;
+    ws->layout_.parity_half = (W * parity_max + W * W * 512 + 4095) / 4096 * 4096;
+    ws->layout_.parity_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_ + 2 * ws->layout_.line_half;
+  }
 
   // ---- handle ------------------------------------------------------------
   std::string local;
@@ -151,7 +162,8 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
       local = "GPU " + mine.bus + " has no peer access to GPU " + probes[r].bus + " of " + rank_str(r);
     }
   }
-  const size_t total = static_cast<size_t>(ws->layout_.pad_bytes() + ws->workspace_bytes_ + 2 * ws->layout_.line_half);
+  const size_t total = static_cast<size_t>(ws->layout_.pad_bytes() + ws->workspace_bytes_ + 2 * ws->layout_.line_half +
+                                           2 * ws->layout_.parity_half);
   cudaIpcMemHandle_t handle;
   if (local.empty()) {
     try {

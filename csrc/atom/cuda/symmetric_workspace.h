@@ -1,5 +1,5 @@
 // symmetric_workspace.h — host half of the CUDA Atom's memory: one buffer per
-// rank (signal pad + workspace + line region, signal_pad.h), opened by every peer of the
+// rank (signal pad + workspace + line and parity regions, signal_pad.h), opened by every peer of the
 // group through CUDA IPC. (Device half: signal.cuh.)
 //
 // create() is collective: every rank calls it at the same point with the same
@@ -33,6 +33,7 @@ class SymmetricWorkspace {
     int64_t workspace_bytes = 0;  // requested; the group uses the smallest request
     int blocks = 0;               // fixed blocks per launch; 0: by size (launch_config.h); the group uses the smallest
     int64_t line_max_bytes = 0;   // largest line collective (NOTE [line plans]); 0: no line region; the smallest
+    int64_t parity_max_bytes = 0; // largest parity plan (NOTE [parity plans]); 0: no parity region; the smallest
   };
 
   static std::unique_ptr<SymmetricWorkspace> create(const Options& opt, const AllGather& exchange, std::string* why);
@@ -57,6 +58,11 @@ class SymmetricWorkspace {
   int64_t line_max_bytes() const { return line_max_bytes_; }
   // Payload elements of `esize` bytes one parity of the line region holds.
   int64_t line_slot_elems(int64_t esize) const { return layout_.line_half / 2 / esize; }
+  // Per-rank bytes up to which collectives may run as parity plans (the
+  // group's agreed TORCH_PURLIN_CUDA_PARITY_BYTES); 0: never.
+  int64_t parity_max_bytes() const { return parity_max_bytes_; }
+  // Elements of `esize` bytes one half of the parity region holds.
+  int64_t parity_slot_elems(int64_t esize) const { return layout_.parity_half / esize; }
   ErrorRecord* error_host() const { return err_host_; }
   ErrorRecord* error_device() const { return err_dev_; }
 
@@ -70,6 +76,7 @@ class SymmetricWorkspace {
   LaunchConfig config_;
   int64_t workspace_bytes_ = 0;
   int64_t line_max_bytes_ = 0;
+  int64_t parity_max_bytes_ = 0;
   void* self_ = nullptr;
   std::vector<void*> peers_;  // opened IPC mappings (nullptr for self)
   ErrorRecord* err_host_ = nullptr;
