@@ -241,6 +241,30 @@ bool CudaGroup::two_shot(const Request& rq, const std::vector<PeerMeta>& all) co
   return rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_;
 }
 
+namespace {
+
+// A region plan (NOTE [line plans], [parity plans]): the one-shot push plan of
+// `spec` laid out in `region_elems` elements, if it needs one round only; then
+// *opt takes its options. False when it needs more rounds or the region
+// cannot hold even one aligned piece (the caller falls back to the workspace).
+bool one_round_push_plan(const snac::Spec& spec, int rank, int64_t region_elems, snac::PlanOptions* opt,
+                         snac::Plan* plan) {
+  snac::PlanOptions o = *opt;
+  o.reduce_algo = snac::ReduceAlgo::OneShot;
+  o.push = true;
+  o.slot_elems = region_elems / o.align_elems * o.align_elems;
+  try {
+    *plan = snac::make_plan(spec, rank, o);
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+  if (plan->rounds != 1) return false;
+  *opt = o;
+  return true;
+}
+
+}  // namespace
+
 const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::vector<PeerMeta>& all,
                                                    bool zero_copy, bool region) {
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
@@ -275,34 +299,12 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
     for (const auto& src : ch.sources) contiguous &= src.region.rows <= 1 || src.region.stride == src.region.row_len;
   snac::Plan plan;
   const int64_t lbytes = snac::max_rank_elems(spec) * esize;  // rank-invariant
-  if (region && contiguous && esize <= 8 && lbytes <= ws_->line_max_bytes()) {
-    snac::PlanOptions lo = opt;
-    lo.reduce_algo = snac::ReduceAlgo::OneShot;
-    lo.push = true;
-    lo.slot_elems = ws_->line_slot_elems(esize) / opt.align_elems * opt.align_elems;
-    try {
-      plan = snac::make_plan(spec, rank_, lo);
-      c->lines = plan.rounds == 1;
-    } catch (const std::invalid_argument&) {
-      c->lines = false;  // the region cannot hold it: the workspace plan below
-    }
-    if (c->lines) opt = lo;
-  }
+  if (region && contiguous && esize <= 8 && lbytes <= ws_->line_max_bytes())
+    c->lines = one_round_push_plan(spec, rank_, ws_->line_slot_elems(esize), &opt, &plan);
   // NOTE [parity plans]: else a one-round push plan in one half of the parity
   // region, also rank-invariant (the Spec, the agreed region).
-  if (region && !c->lines && lbytes <= ws_->parity_max_bytes()) {
-    snac::PlanOptions po = opt;
-    po.reduce_algo = snac::ReduceAlgo::OneShot;
-    po.push = true;
-    po.slot_elems = ws_->parity_slot_elems(esize) / opt.align_elems * opt.align_elems;
-    try {
-      plan = snac::make_plan(spec, rank_, po);
-      c->parity = plan.rounds == 1;
-    } catch (const std::invalid_argument&) {
-      c->parity = false;
-    }
-    if (c->parity) opt = po;
-  }
+  if (region && !c->lines && lbytes <= ws_->parity_max_bytes())
+    c->parity = one_round_push_plan(spec, rank_, ws_->parity_slot_elems(esize), &opt, &plan);
   // Otherwise (also when a region was asked for but the plan does not
   // qualify) the workspace plan: a region request's cache entry serves the
   // call as it is.

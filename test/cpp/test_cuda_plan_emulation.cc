@@ -661,16 +661,13 @@ bool lines_wanted(const Group& g, const snac::Spec& spec) {
   return g.world > 1 && snac::max_rank_elems(spec) * kEsize <= kLineMaxBytes;
 }
 
-// CudaGroup::plan_for's line branch: a one-round push plan of a spec with
-// contiguous sources that fits one parity of the line region.
-bool line_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
-  for (const auto& ch : spec.chunks)
-    for (const auto& src : ch.sources)
-      if (src.region.rows > 1 && src.region.stride != src.region.row_len) return false;
+// CudaGroup::plan_for's one_round_push_plan: the one-shot push plan laid out
+// in `region_elems` elements, if it needs one round only.
+bool one_round_push_plan(const snac::Spec& spec, int r, snac::PlanOptions opt, int64_t region_elems, snac::Plan* plan) {
   opt.push = true;
   opt.read_peer_inputs = false;
   opt.reduce_algo = snac::ReduceAlgo::OneShot;
-  opt.slot_elems = g.line_slot_elems / opt.align_elems * opt.align_elems;
+  opt.slot_elems = region_elems / opt.align_elems * opt.align_elems;
   try {
     *plan = snac::make_plan(spec, r, opt);
   } catch (const std::invalid_argument&) {
@@ -679,20 +676,18 @@ bool line_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions 
   return plan->rounds == 1;
 }
 
-// CudaGroup::plan_for's parity branch (NOTE [parity plans]): a one-round
-// one-shot push plan that fits one half of the parity region.
-bool parity_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
+// plan_for's line branch: contiguous sources, one parity of the line region.
+bool line_plan(const Group& g, const snac::Spec& spec, int r, const snac::PlanOptions& opt, snac::Plan* plan) {
+  for (const auto& ch : spec.chunks)
+    for (const auto& src : ch.sources)
+      if (src.region.rows > 1 && src.region.stride != src.region.row_len) return false;
+  return one_round_push_plan(spec, r, opt, g.line_slot_elems, plan);
+}
+
+// plan_for's parity branch (NOTE [parity plans]): one half of the parity region.
+bool parity_plan(const Group& g, const snac::Spec& spec, int r, const snac::PlanOptions& opt, snac::Plan* plan) {
   if (g.world < 2 || snac::max_rank_elems(spec) * kEsize > kParityMaxBytes) return false;
-  opt.push = true;
-  opt.read_peer_inputs = false;
-  opt.reduce_algo = snac::ReduceAlgo::OneShot;
-  opt.slot_elems = g.parity_slot_elems / opt.align_elems * opt.align_elems;
-  try {
-    *plan = snac::make_plan(spec, r, opt);
-  } catch (const std::invalid_argument&) {
-    return false;
-  }
-  return plan->rounds == 1;
+  return one_round_push_plan(spec, r, opt, g.parity_slot_elems, plan);
 }
 
 // One collective as every rank calls it: plans, memory, inputs.
