@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ Kern
       default: break;  // Wait / Signal: carried by the lines
     }
   }
-  detail::end_launch(p, base, lbase, G, true);
+  detail::end_launch(p, base, lbase, G, true, true);
 }
 
 }  // namespace purlin::atom::cuda

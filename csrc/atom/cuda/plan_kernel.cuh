@@ -42,8 +42,10 @@
 //   round) and the words the previous collective may still read: the scale
 //   word (no PREMUL_SUM) and the call_tag word (its tags go to ptag[lseq %
 //   2], which the collective before last used and every peer finished).
-//   Its Done is a line Done (NOTE [line Done]): its remote writes are
-//   published by Staged, and Done only says its reads are over. Chosen on
+//   Its Done is a plan kernel's (fenced, released), not a line Done: the
+//   next writer of the half relies on it to order its plain stores after
+//   this rank's reads (with lines a late read would only see a foreign flag;
+//   here it would take the wrong data). It advances lseq. Chosen on
 //   the host per Spec, identically on every rank (CudaGroup::plan_for).
 //   Separate from the line region: plain data there could pass for a line.
 // NOTE [zero-copy sources] Plans made with PlanOptions::read_peer_inputs
@@ -143,9 +145,14 @@ __device__ void reduce_by_op(int redop, T* dst, const T* const* srcs, const Acc*
 // over (its writes are lines, validated by their flags, or local): every
 // block counts itself after a barrier that its threads reach only with the
 // values of their loads in hand, so the fences and the release are dropped
-// (2 us of a 6 us broadcast on 2x H200). Parity plans take the same Done
-// (NOTE [parity plans]); other plan launches keep the fences.
-__device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base, uint64_t lbase, int G, bool line_run) {
+// (2 us of a 6 us broadcast on 2x H200). Plan launches keep them, parity
+// plans included (NOTE [parity plans]): their region holds plain data, so a
+// peer's next write there must be ordered after these reads by the memory
+// model itself (a release Done), not by the line flags. Their remote stores
+// were already released by Staged, so the fences wait for local ones only.
+// region_run: a line or parity launch, which advances lseq.
+__device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base, uint64_t lbase, int G, bool line_run,
+                                           bool region_run) {
   const PadLayout& L = p.layout;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -160,7 +167,7 @@ __device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base,
       p.pad[L.pbase()] = base;
       p.pad[L.base()] = next;
       p.pad[L.lbase()] = lbase + p.local_syncs;
-      if (line_run) p.pad[L.lseq()] += 1;
+      if (region_run) p.pad[L.lseq()] += 1;
       for (int q = 0; q < L.world; ++q) {
         if (q == p.rank) continue;
         uint64_t* done = peer_pad(p, q) + L.flag(kDone, p.rank, 0);
@@ -292,7 +299,7 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
     }
   }
 
-  detail::end_launch(p, base, lbase, G, parity);
+  detail::end_launch(p, base, lbase, G, false, parity);
 }
 
 }  // namespace purlin::atom::cuda
