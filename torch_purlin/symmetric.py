@@ -9,7 +9,11 @@ same offset on every rank, so collectives whose input lives there read it
 straight from the owner (NOTE [zero-copy] in csrc/snac/plan.h): the staging
 copy disappears. Every rank must call it in the same order with the same
 sizes, like a collective. Passing such a tensor on some ranks and an ordinary
-one (or one at another offset) on others is detected on the GPU and raises.
+one (or one at another offset) on others, or the in-place form of an op on
+some ranks only, is detected on the GPU and raises. gather and scatter never
+read in place (only their root may alias input and output); collectives up to
+TORCH_PURLIN_CUDA_PARITY_BYTES per rank run as line or parity plans, which
+stage through their regions whatever the tensors.
 torch's own spelling works too: `group._get_backend(device).allocateTensor(n)`
 (Backend.supportsTensorAlloc is true on CUDA builds).
 """

@@ -215,8 +215,11 @@ std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
 // after o finished reading slice o of every input, and o is the only reader
 // of that slice. One-shot in place would overwrite an input every peer reads,
 // so it stages. (test/cpp/test_cuda_plan_emulation.cc fails if this rule
-// admits one-shot in place.)
+// admits one-shot in place.) Gather and scatter never read in place: only
+// their root may alias Input and Output, so its peers could not judge alike
+// and the call tags would refuse a valid call.
 bool CudaGroup::zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>& all) const {
+  if (rq.op == CollOp::Gather || rq.op == CollOp::Scatter) return false;
   const cu::IoAlias alias = alias_of(rq);
   if (alias == cu::IoAlias::Disjoint) return true;
   if (alias != cu::IoAlias::Same) return false;

@@ -645,6 +645,7 @@ snac::Spec spec_of(const Case& cs, int W) {
 
 // The engine's rule (cuda_group.cc, NOTE [zero-copy in place]).
 bool zero_copy_allowed(Kind k, cu::IoAlias alias, bool two_shot) {
+  if (k == Kind::Gather || k == Kind::Scatter) return false;  // only the root may alias: not rank-invariant
   if (alias == cu::IoAlias::Disjoint) return true;
   return alias == cu::IoAlias::Same && ((k == Kind::AllReduce && two_shot) || k == Kind::Broadcast);
 }
@@ -781,6 +782,13 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
                 on_parity, W);
     ++g_failed;
   }
+  for (int r = 1; r < W; ++r)
+    if (opts[r].read_peer_inputs != opts[0].read_peer_inputs) {  // zero_copy_allowed must be rank-invariant
+      std::printf("FAIL %s world=%d: rank %d chose zero-copy %d, rank 0 %d\n", name_of(cs).c_str(), W, r,
+                  int(opts[r].read_peer_inputs), int(opts[0].read_peer_inputs));
+      ++g_failed;
+      break;
+    }
   const bool lines = on_lines == W, parity = !lines && on_parity == W;
   p.cs.lines = lines;
   p.cs.parity = parity;
@@ -915,9 +923,6 @@ Case random_case(int world, std::mt19937& rng) {
   c.blocks = 1 + static_cast<int>(rng() % kBlocks);
   c.zero_copy = rng() % 3 == 0;
   c.push = rng() % 2 == 0;
-  // In-place gather / scatter alias on the root only: its zero-copy choice
-  // would differ from its peers' (the call tags would refuse the call).
-  if ((c.kind == Kind::Gather || c.kind == Kind::Scatter) && c.layout == Layout::InPlace) c.zero_copy = false;
   if (c.kind == Kind::AllToAll || c.kind == Kind::Interleaved) c.layout = Layout::Disjoint;  // no in-place form
   c.root = static_cast<int>(rng() % world);
   c.splits.assign(world, std::vector<int64_t>(world, 0));
