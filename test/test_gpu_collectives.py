@@ -370,7 +370,9 @@ def _worker(rank, world, init_file, log_path):
 
     # -- small workspace: tensors much larger than it (many rounds, device-resident plans, two-shot) ----
     R.family = "small_workspace"
-    small = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_WORKSPACE_BYTES="64K", TORCH_PURLIN_CUDA_TWO_SHOT_BYTES="16K")
+    # Workspace plans at every size (lines and parity plans would serve up to 8M without rounds).
+    small = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_WORKSPACE_BYTES="64K", TORCH_PURLIN_CUDA_TWO_SHOT_BYTES="16K",
+                         TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
     for dtype in (torch.float32, torch.bfloat16, torch.int32):
         for n in (1, 1000, 100_003, 1_000_003):
             R.check(f"all_reduce {dtype} n={n}", all_reduce_case, small, dtype, "sum", n, " (64K workspace)")
