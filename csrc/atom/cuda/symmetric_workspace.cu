@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "atom/cuda/cuda_check.h"
+#include "atom/cuda/device_plan.h"
 #include "atom/cuda/ipc_peers.h"
 #include "common/hex.h"
 
@@ -52,6 +53,14 @@ struct Probe {
 };
 
 std::string rank_str(int r) { return "rank " + std::to_string(r); }
+
+// One parity (half) of a region: every rank's contribution of the largest
+// collective it serves plus the planner's alignment of each piece, stored
+// as `stored_per_byte` bytes per payload byte, rounded up to 4 KiB.
+int64_t region_half_bytes(int64_t world, int64_t max_bytes, int64_t stored_per_byte) {
+  const int64_t payload = world * max_bytes + world * world * kPartBytes;
+  return (payload * stored_per_byte + 4095) / 4096 * 4096;
+}
 
 // "" if the group can use CUDA IPC at all; the same text on every rank.
 std::string check_probes(const std::vector<Probe>& all) {
@@ -135,8 +144,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   // the planner's alignment of each piece.
   ws->line_max_bytes_ = line_max;
   if (line_max > 0) {
-    const int64_t W = opt.world, payload = W * line_max + W * W * 512;
-    ws->layout_.line_half = (payload * 2 + 4095) / 4096 * 4096;
+    ws->layout_.line_half = region_half_bytes(opt.world, line_max, 2);
     ws->layout_.line_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_;
   }
   // NOTE [parity plans]: two halves of plain data, each room for every rank's
@@ -144,8 +152,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   // Apart from the line region: plain data there could pass for a line.
   ws->parity_max_bytes_ = parity_max;
   if (parity_max > 0) {
-    const int64_t W = opt.world;
-    ws->layout_.parity_half = (W * parity_max + W * W * 512 + 4095) / 4096 * 4096;
+    ws->layout_.parity_half = region_half_bytes(opt.world, parity_max, 1);
     ws->layout_.parity_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_ + 2 * ws->layout_.line_half;
   }
 
