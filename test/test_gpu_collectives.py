@@ -809,6 +809,9 @@ def _worker(rank, world, init_file, log_path):
     # -- flagged lines: small collectives in one NVLink trip (NOTE [line plans]) ----------------------------
     R.family = "lines"
 
+    narrow = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_LINE_FORMAT="narrow")
+    wide = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_LINE_FORMAT="wide")
+
     def line_protocols():
         t = torch.ones(1000, device=dev)
         dist.all_reduce(t, group=pg)
@@ -825,10 +828,100 @@ def _worker(rank, world, init_file, log_path):
         dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0), group=pg)  # never on lines
         assert torch.all(x == 2 * W)
         assert "lines" not in torch_purlin.last_launch(pg)["protocol"], torch_purlin.last_launch(pg)
+        # TORCH_PURLIN_CUDA_LINE_FORMAT: auto (pg) takes wide lines above 256K per rank for reductions and
+        # single-chunk copies, narrow ones for the rest; wide and narrow take theirs (NOTE [wide lines]).
+        # float32: 800 KB per rank (an all_gather's limit counts its output: 2 x 400 KB)
+        for group, op, want in ((pg, "all_reduce", "one-shot+wide-lines"), (pg, "broadcast", "copy+wide-lines"),
+                                (pg, "all_gather", "copy+lines"), (wide, "all_gather", "copy+wide-lines"),
+                                (wide, "all_reduce", "one-shot+wide-lines"), (narrow, "all_reduce", "one-shot+lines")):
+            n = 100_000 if op == "all_gather" else 200_000
+            xs = inputs(n, torch.float32, "sum")
+            t = xs[rank].to(dev)
+            if op == "all_reduce":
+                dist.all_reduce(t, group=group)
+                assert_reduced(t, xs, "sum", f"{want} all_reduce")
+            elif op == "broadcast":
+                dist.broadcast(t, src=W - 1, group=group)
+                assert_equal(t, xs[W - 1], f"{want} broadcast")
+            else:
+                out = torch.empty(W * n, device=dev)
+                dist.all_gather_into_tensor(out, t, group=group)
+                assert_equal(out, torch.cat(xs), f"{want} all_gather")
+            assert torch_purlin.last_launch(group)["protocol"] == want, (op, torch_purlin.last_launch(group))
+        # A strided destination takes narrow lines in a wide group.
+        rows, row_len = 37, 11
+        xs = inputs(rows * row_len, torch.float32)
+        got = torch.empty(W * rows * row_len, device=dev)
+        torch_purlin.interleaved_all_gather(got, xs[rank].to(dev).view(rows, row_len), group=wide)
+        want = torch.stack([x.view(rows, row_len) for x in xs], 1).reshape(-1)
+        assert_equal(got, want, "interleaved all_gather")
+        assert torch_purlin.last_launch(wide)["protocol"] == "copy+lines", torch_purlin.last_launch(wide)
 
-    R.check("protocol by size and op", line_protocols)
+    R.check("protocol by size, op and line format", line_protocols)
 
-    def line_sequence(n_iters):
+    def wide_line_edges(dtype):
+        # Sizes around whole lines (P elements of payload per 128-byte line) and the block split, every
+        # collective shape, a 1 MiB rank share (TORCH_PURLIN_CUDA_LINE_BYTES): NOTE [wide lines].
+        esize = torch.empty(0, dtype=dtype).element_size()
+        P = 120 // esize
+        for n in (1, P - 1, P, P + 1, 4 * P + 3, 8 * P, 33 * P + 5, 65537, (1 << 20) // esize):
+            if n < 1:
+                continue
+            op = "sum" if dtype.is_floating_point or n % 2 else "max"
+            xs = inputs(n, dtype, op)
+            t = xs[rank].to(dev)
+            dist.all_reduce(t, op=make_op(op), group=wide)
+            assert_reduced(t, xs, op, f"all_reduce n={n}")
+            assert "wide-lines" in torch_purlin.last_launch(wide)["protocol"], (n, torch_purlin.last_launch(wide))
+            out = torch.empty(W * n, dtype=dtype, device=dev)
+            dist.all_gather_into_tensor(out, xs[rank].to(dev), group=wide)
+            assert_equal(out, torch.cat(xs), f"all_gather n={n}")
+            m = max(1, n // W)
+            full = inputs(W * m, dtype, "sum")
+            rs = torch.empty(m, dtype=dtype, device=dev)
+            dist.reduce_scatter_tensor(rs, full[rank].to(dev), group=wide)
+            assert_reduced(rs, [f[rank * m:(rank + 1) * m] for f in full], "sum", f"reduce_scatter n={W * m}")
+            a2a = torch.empty(W * m, dtype=dtype, device=dev)
+            dist.all_to_all_single(a2a, full[rank].to(dev), group=wide)
+            assert_equal(a2a, torch.cat([f[rank * m:(rank + 1) * m] for f in full]), f"all_to_all n={W * m}")
+            b = xs[rank].to(dev)
+            dist.broadcast(b, src=n % W, group=wide)
+            assert_equal(b, xs[n % W], f"broadcast n={n}")
+
+    for dtype in (torch.uint8, torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int64):
+        R.check(f"wide lines, edges of lines and blocks, {dtype}", wide_line_edges, dtype)
+
+    def line_tear_stress(group, iters):
+        # Back-to-back 1 MiB line collectives, each with fresh random bytes, no host sync: a line taken
+        # before all of it arrived would hold the previous collective's bytes of that parity (NOTE [wide
+        # lines]). Exact checks (copies and int32 sums), inputs drawn on the device.
+        seed = R.seed()  # once: every rank draws the same number of seeds
+
+        def draw(i, r, n, dtype):
+            g = torch.Generator(device=dev).manual_seed(seed * 7919 + i * 131 + r)
+            return torch.randint(-1000, 1000, (n,), generator=g, device=dev, dtype=torch.int64).to(dtype)
+
+        outs = []
+        for i in range(iters):
+            if i % 2:
+                t = draw(i, rank, 1 << 18, torch.int32)
+                dist.all_reduce(t, group=group)
+            else:
+                t = draw(i, i % W, 1 << 20, torch.uint8) if rank == i % W else torch.empty(1 << 20, dtype=torch.uint8, device=dev)
+                dist.broadcast(t, src=i % W, group=group)
+            outs.append(t)
+        for i, t in enumerate(outs):
+            if i % 2:
+                want = sum(draw(i, r, 1 << 18, torch.int32).long() for r in range(W)).int()
+            else:
+                want = draw(i, i % W, 1 << 20, torch.uint8)
+            bad = (t != want).nonzero()
+            assert bad.numel() == 0, f"collective {i}: {bad.numel()} elements differ, first at {int(bad[0])}"
+
+    R.check("wide lines: 400 back-to-back 1 MiB collectives, fresh data", line_tear_stress, wide, 400)
+    R.check("narrow lines: 200 back-to-back 1 MiB collectives, fresh data", line_tear_stress, narrow, 200)
+
+    def line_sequence(group, n_iters):
         # Line collectives back to back with no host sync, asymmetric ones
         # (broadcast / reduce from rotating roots, where a root reads nothing)
         # and workspace collectives in between: parity reuse (NOTE [line plans]).
@@ -840,29 +933,29 @@ def _worker(rank, world, init_file, log_path):
             kind = i % 6
             if kind == 0:
                 t = xs[rank].to(dev)
-                dist.broadcast(t, src=i % W, group=pg)
+                dist.broadcast(t, src=i % W, group=group)
                 checks.append((t, xs[i % W], None, f"broadcast {i}"))
             elif kind == 1:
                 t = xs[rank].to(dev)
-                dist.reduce(t, dst=i % W, op=dist.ReduceOp.SUM, group=pg)
+                dist.reduce(t, dst=i % W, op=dist.ReduceOp.SUM, group=group)
                 checks.append((t, xs if rank == i % W else xs[rank], "sum" if rank == i % W else None, f"reduce {i}"))
             elif kind == 2:
                 t = xs[rank].to(dev)
-                dist.all_reduce(t, group=pg)
+                dist.all_reduce(t, group=group)
                 checks.append((t, xs, "sum", f"all_reduce {i}"))
             elif kind == 3:
                 out = torch.empty(W * n, dtype=dtype, device=dev)
-                dist.all_gather_into_tensor(out, xs[rank].to(dev), group=pg)
+                dist.all_gather_into_tensor(out, xs[rank].to(dev), group=group)
                 checks.append((out, torch.cat(xs), None, f"all_gather {i}"))
             elif kind == 4:
                 big = inputs(300_001, torch.float32, "sum")  # workspace plan in between
                 t = big[rank].to(dev)
-                dist.all_reduce(t, group=pg)
+                dist.all_reduce(t, group=group)
                 checks.append((t, big, "sum", f"all_reduce big {i}"))
             else:
                 full = inputs(W * n, dtype, "sum")
                 out = torch.empty(W * n, dtype=dtype, device=dev)
-                dist.all_to_all_single(out, full[rank].to(dev), group=pg)
+                dist.all_to_all_single(out, full[rank].to(dev), group=group)
                 checks.append((out, torch.cat([f[rank * n:(rank + 1) * n] for f in full]), None, f"all_to_all {i}"))
         for got, want, op, what in checks:
             if op is None:
@@ -870,7 +963,8 @@ def _worker(rank, world, init_file, log_path):
             else:
                 assert_reduced(got, want, op, what)
 
-    R.check("120 mixed collectives, no host sync", line_sequence, 120)
+    R.check("120 mixed collectives, no host sync", line_sequence, pg, 120)
+    R.check("60 mixed collectives, no host sync (wide lines)", line_sequence, wide, 60)
 
     def line_graph():
         t = torch.empty(4099, device=dev)
@@ -1021,9 +1115,11 @@ def _worker(rank, world, init_file, log_path):
     R.family = "call_tag"
 
     def call_tag_case(kind):
-        # "sizes" runs on flagged lines, "sizes, parity plan" as a parity plan (its tags in ptag, NOTE [parity
-        # plans]), the others on workspace plans (a pool placement matters only to them).
-        env = {"sizes": {}, "sizes, parity plan": {"TORCH_PURLIN_CUDA_LINE_BYTES": "0"}}.get(
+        # "sizes" runs on (narrow) flagged lines, "sizes, wide lines" on wide ones, "sizes, parity plan" as a
+        # parity plan (its tags in ptag, NOTE [parity plans]), the others on workspace plans (a pool placement
+        # matters only to them).
+        env = {"sizes": {}, "sizes, wide lines": {"TORCH_PURLIN_CUDA_LINE_FORMAT": "wide"},
+               "sizes, parity plan": {"TORCH_PURLIN_CUDA_LINE_BYTES": "0"}}.get(
             kind, {"TORCH_PURLIN_CUDA_LINE_BYTES": "0", "TORCH_PURLIN_CUDA_PARITY_BYTES": "0"})
         bad = purlin_group(timedelta(seconds=10), **env)
         warm = torch.ones(8, device=dev)
@@ -1054,7 +1150,7 @@ def _worker(rank, world, init_file, log_path):
             assert_equal(t, before, "nothing of the peer's data was read")
         dist.barrier(group=host)
 
-    for kind in ("sizes", "sizes, parity plan", "sizes, workspace plan", "pool placement"):
+    for kind in ("sizes", "sizes, wide lines", "sizes, parity plan", "sizes, workspace plan", "pool placement"):
         R.check(kind, call_tag_case, kind)
 
     # -- timeout: a rank that never arrives is named, the process stays usable ------------------------------

@@ -93,6 +93,12 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   opt.workspace_bytes = env::get_bytes("TORCH_PURLIN_CUDA_WORKSPACE_BYTES");
   opt.line_max_bytes = env::get_bytes("TORCH_PURLIN_CUDA_LINE_BYTES");
   opt.parity_max_bytes = env::get_bytes("TORCH_PURLIN_CUDA_PARITY_BYTES");
+  const std::string line_format = env::get("TORCH_PURLIN_CUDA_LINE_FORMAT");
+  if (line_format != "auto" && line_format != "wide" && line_format != "narrow")
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_LINE_FORMAT: expected auto, wide or narrow, got '" + line_format + "'");
+  opt.line_format = line_format == "auto" ? cu::LineFormat::Auto
+                    : line_format == "wide" ? cu::LineFormat::Wide
+                                            : cu::LineFormat::Narrow;
   try {
     opt.blocks = std::stoi(env::get("TORCH_PURLIN_CUDA_BLOCKS"));
   } catch (const std::exception&) {
@@ -250,6 +256,22 @@ namespace {
 // `spec` laid out in `region_elems` elements, if it needs one round only; then
 // *opt takes its options. False when it needs more rounds or the region
 // cannot hold even one aligned piece (the caller falls back to the workspace).
+// NOTE [wide lines]: whether a line plan of `spec` (`bytes` per rank, dense
+// destinations) runs on wide lines. Auto picks them where they measured
+// faster on 2x H200 (benchmarks/results/cuda_h200x2_20261130f_probes.md):
+// above 256K per rank, for reductions and single-chunk copies (broadcast;
+// all_reduce 512K 10.3 -> 8.6 us); all_gather / all_to_all and everything
+// smaller ran 0.2-1.3 us slower on them. Rank-invariant: the Spec only.
+bool wide_line_plan(cu::LineFormat format, const snac::Spec& spec, int64_t bytes) {
+  constexpr int64_t kAutoWideAbove = 256 << 10;
+  switch (format) {
+    case cu::LineFormat::Narrow: return false;
+    case cu::LineFormat::Wide: return true;
+    case cu::LineFormat::Auto: break;
+  }
+  return bytes > kAutoWideAbove && (spec.kind == snac::OpKind::Reduce || spec.chunks.size() == 1);
+}
+
 bool one_round_push_plan(const snac::Spec& spec, int rank, int64_t region_elems, snac::PlanOptions* opt,
                          snac::Plan* plan) {
   snac::PlanOptions o = *opt;
@@ -297,13 +319,24 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   // NOTE [line plans]: a one-round push plan of a spec with contiguous
   // sources, laid out in one parity of the line region. Every condition is
   // rank-invariant (the Spec, the agreed region), so all ranks choose alike.
-  bool contiguous = true;
-  for (const auto& ch : spec.chunks)
-    for (const auto& src : ch.sources) contiguous &= src.region.rows <= 1 || src.region.stride == src.region.row_len;
+  // NOTE [wide lines]: the group's wide format also needs contiguous
+  // destinations (every op then covers whole pieces, so whole lines).
+  auto dense = [](const snac::Region& r) { return r.rows <= 1 || r.stride == r.row_len; };
+  bool contiguous = true, dense_dests = true;
+  for (const auto& ch : spec.chunks) {
+    for (const auto& src : ch.sources) contiguous &= dense(src.region);
+    for (const auto& d : ch.dests) dense_dests &= dense(d.region);
+  }
   snac::Plan plan;
   const int64_t lbytes = snac::max_rank_elems(spec) * esize;  // rank-invariant
-  if (region && contiguous && esize <= 8 && lbytes <= ws_->line_max_bytes())
-    c->lines = one_round_push_plan(spec, rank_, ws_->line_slot_elems(esize), &opt, &plan);
+  if (region && contiguous && esize <= 8 && lbytes <= ws_->line_max_bytes()) {
+    c->wide = dense_dests && wide_line_plan(ws_->line_format(), spec, lbytes);
+    snac::PlanOptions line_opt = opt;
+    if (c->wide) line_opt.align_elems = cu::kWideAlignBytes / esize;
+    c->lines = one_round_push_plan(spec, rank_, ws_->line_slot_elems(esize, c->wide), &line_opt, &plan);
+    if (c->lines) opt = line_opt;
+    c->wide &= c->lines;
+  }
   // NOTE [parity plans]: else a one-round push plan in one half of the parity
   // region, also rank-invariant (the Spec, the agreed region).
   if (region && !c->lines && lbytes <= ws_->parity_max_bytes())
@@ -326,14 +359,15 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
     pull.push = false;
     c->snac_plan = opt.push ? snac::make_plan(spec, rank_, pull) : plan;
   }
-  c->plan = cu::lower_plan(plan, c->blocks, esize, alias, shift);
+  c->plan = cu::lower_plan(plan, c->blocks, esize, alias, shift,
+                           c->wide ? cu::Partition::WideLines : cu::Partition::Parts);
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
            (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0) ^
-           (c->parity ? 0x10000000000ull : 0);
+           (c->parity ? 0x10000000000ull : 0) ^ (c->wide ? 0x20000000000ull : 0);
   c->protocol = std::string(c->reduces ? (two ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
-                (c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "");
+                (c->wide ? "+wide-lines" : c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "");
   if (cu::fits_inline(c->plan)) {
     c->inl = std::make_unique<cu::InlinePlan>();
     cu::to_inline(c->plan, c->inl.get());
@@ -435,6 +469,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.threads = ws_->threads();
   l.blocks = c.blocks;
   l.lines = c.lines;
+  l.wide_lines = c.wide;
   l.parity = c.parity;
   l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0);
   l.input_pool_offset = pool_offset;

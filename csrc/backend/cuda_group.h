@@ -76,6 +76,7 @@ class CudaGroup {
     int blocks = 1;                       // launch_config().blocks_for(spec_bytes)
     uint64_t sig = 0;                     // NOTE [call tags]: Spec + dtype + zero-copy
     bool lines = false;                   // runs on flagged lines (NOTE [line plans])
+    bool wide = false;                    // ... wide ones (NOTE [wide lines])
     bool parity = false;                  // a parity plan (NOTE [parity plans])
     std::string protocol;                 // for last_launch()
   };

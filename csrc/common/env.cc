@@ -26,11 +26,19 @@ const std::vector<Var>& registry() {
        "csrc/atom/cuda/flagged_line.cuh): data and notification in one NVLink store, no flag round trip. "
        "0 disables them; the group uses the smallest value any rank asks for (and sizes its line region, "
        "4 x world x this, by it)."},
-      {"TORCH_PURLIN_CUDA_PARITY_BYTES", "8M",
+      {"TORCH_PURLIN_CUDA_LINE_FORMAT", "auto",
+       "Format of the flagged lines. narrow: 16-byte lines of 8 payload bytes (twice the NVLink bytes; relies on "
+       "8-byte units only). wide: 128-byte lines of 120 payload bytes wherever a plan allows (NOTE [wide lines] in "
+       "csrc/atom/cuda/wide_line.cuh; relies on a warp's 128-byte store reaching a peer as a unit, as NCCL's "
+       "LL128 does). auto: wide lines where they measured faster on 2x H200 (reductions and broadcasts above "
+       "256K per rank), narrow ones elsewhere. Strided destinations always take narrow lines. The group uses "
+       "narrow unless every rank asks for the same format (wide and auto add a wide-line region, "
+       "2 x world x TORCH_PURLIN_CUDA_LINE_BYTES x 128/120)."},
+      {"TORCH_PURLIN_CUDA_PARITY_BYTES", "16M",
        "CUDA collectives larger than TORCH_PURLIN_CUDA_LINE_BYTES and of at most this many bytes per rank run as "
        "parity plans (NOTE [parity plans] in csrc/atom/cuda/plan_kernel.cuh): pushed into one of two alternating "
-       "halves of a region, so a collective does not wait for the previous one to end (on 2x H200 1.13-1.34x "
-       "faster at 2M-8M than workspace plans). 0 disables them; the group uses the smallest value any rank asks "
+       "halves of a region, so a collective does not wait for the previous one to end (on 2x H200 1.1-1.3x "
+       "faster at 2M-16M than workspace plans). 0 disables them; the group uses the smallest value any rank asks "
        "for (and sizes its parity region, 2 x world x this, by it)."},
       {"TORCH_PURLIN_CUDA_CE_BYTES", "0",
        "Pure-copy collectives (all_gather, broadcast, all_to_all, gather, scatter) whose Spec moves at least this "

@@ -22,8 +22,9 @@ struct Access {
 
 class Tracker {
  public:
-  Tracker(int rank, int blocks, int64_t esize, IoAlias alias, int64_t shift)
-      : rank_(rank), blocks_(blocks), esize_(esize), alias_(alias), shift_(alias == IoAlias::Shifted ? shift : 0) {}
+  Tracker(int rank, int blocks, int64_t esize, IoAlias alias, int64_t shift, Partition partition)
+      : rank_(rank), blocks_(blocks), esize_(esize), alias_(alias), shift_(alias == IoAlias::Shifted ? shift : 0),
+        partition_(partition) {}
 
   // The access of one Copy/Reduce ref; false if it is not local memory.
   bool access(const snac::Ref& r, int64_t n, bool write, Access* a) const {
@@ -42,7 +43,9 @@ class Tracker {
         buf = 2;
         break;
     }
-    *a = Access{buf, at, at + n, part_size(n, blocks_, esize_), write};
+    const int64_t per =
+        partition_ == Partition::WideLines ? wide_part_size(n, blocks_, esize_) : part_size(n, blocks_, esize_);
+    *a = Access{buf, at, at + n, per, write};
     return n > 0;
   }
 
@@ -71,6 +74,7 @@ class Tracker {
   int64_t esize_;
   IoAlias alias_;
   int64_t shift_;
+  Partition partition_;
   std::vector<Access> history_;
 };
 
@@ -87,7 +91,8 @@ constexpr size_t kMaxHistory = 4096;  // beyond this a barrier is cheaper than t
 
 }  // namespace
 
-DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift) {
+DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift,
+                      Partition partition) {
   if (blocks < 1 || blocks > kMaxBlocks) throw std::invalid_argument("purlin: bad block count for a CUDA plan");
   if (esize <= 0 || kPartBytes % esize != 0) throw std::invalid_argument("purlin: bad element size for a CUDA plan");
   if (plan.world > kMaxWorld)
@@ -95,7 +100,7 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
   DevicePlan out;
   out.rounds = plan.rounds;
   out.steps = plan.steps;
-  Tracker tr(plan.rank, blocks, esize, alias, shift);
+  Tracker tr(plan.rank, blocks, esize, alias, shift, partition);
   std::vector<Access> mine;
   std::vector<bool> tag_checked(static_cast<size_t>(plan.world), false);
   for (const snac::Op& op : plan.ops) {

@@ -10,6 +10,8 @@
 //   Wait/Signal are per block: block b raises its own slot of a flag, and a
 //   waiter waits for the slots of ALL G blocks of the peer, because the
 //   partitions of the producer's ops and the consumer's ops differ.
+//   Wide-line plans split by whole lines instead (wide_part_size(), NOTE
+//   [wide lines]); lower_plan() is told which, for the local barriers.
 // NOTE [local barriers] A rank's own ops can depend on each other across
 //   blocks: an op may read (or overwrite) local memory that an earlier op of
 //   this rank wrote (or read) with a different partition — e.g. round j+2
@@ -65,6 +67,23 @@ PURLIN_HD int64_t part_size(int64_t n, int blocks, int64_t esize) {
   return (per + align - 1) / align * align;
 }
 
+// NOTE [wide lines] (wide_line.cuh): payload bytes of one 128-byte line, and
+// the planner's alignment of wide-line pieces (8 lines; a multiple of every
+// element size, so each piece starts on a line).
+constexpr int64_t kWidePayload = 120;
+constexpr int64_t kWideAlignBytes = 8 * kWidePayload;
+
+// Elements per block of an n-element op of a wide-line plan: whole lines.
+PURLIN_HD int64_t wide_part_size(int64_t n, int blocks, int64_t esize) {
+  const int64_t per_line = kWidePayload / esize;
+  const int64_t lines = (n + per_line - 1) / per_line;
+  return (lines + blocks - 1) / blocks * per_line;
+}
+
+// How a launch splits an op's elements among its blocks: part_size(), or
+// wide_part_size() for wide-line plans.
+enum class Partition : uint8_t { Parts = 0, WideLines = 1 };
+
 // How this rank's Input and Output relate; decides which local accesses can
 // conflict (NOTE [local barriers]).
 enum class IoAlias : uint8_t {
@@ -86,7 +105,10 @@ struct DevicePlan {
 // Lowers rank plan.rank's plan for a launch of `blocks` blocks on elements of
 // `esize` bytes; throws std::invalid_argument beyond kMaxBlocks / kMaxWorld.
 // `shift` (IoAlias::Shifted only): Input element i is Output element i + shift.
-DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift = 0);
+// `partition` must be the one the launch's kernel uses (the local barriers
+// depend on it).
+DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift = 0,
+                      Partition partition = Partition::Parts);
 
 // A small process-wide table of static strings (collective names, SNAC
 // phases) so kernels can name them in error records by number.

@@ -1,5 +1,5 @@
 // launch_typed.cuh — launch_typed<T>: one launch of the plan kernel
-// (plan_kernel.cuh) or, for line plans, the line kernel (line_kernel.cuh),
+// (plan_kernel.cuh) or, for line plans, the line kernel (line_kernel.cuh, narrow or wide lines),
 // instantiated per element type in plan_kernel_<family>.cu.
 #pragma once
 
@@ -11,8 +11,12 @@ namespace purlin::atom::cuda {
 template <class T>
 cudaError_t launch_typed(const KernelParams& p, int blocks, int threads, cudaStream_t stream) {
   if constexpr (sizeof(T) <= kLinePayload) {
+    if (p.lines == kWideLines) {
+      line_kernel<T, true><<<blocks, threads, 0, stream>>>(p);
+      return cudaGetLastError();
+    }
     if (p.lines) {
-      line_kernel<T><<<blocks, threads, 0, stream>>>(p);
+      line_kernel<T, false><<<blocks, threads, 0, stream>>>(p);
       return cudaGetLastError();
     }
   }

@@ -26,6 +26,9 @@
 //   bytes, and contiguous source regions, so every line written holds bytes
 //   of one op (writes start at 8-byte boundaries; reads may start anywhere).
 //   Tail elements of a line are zero-filled by the writer and ignored.
+//   The line format is the group's (agreed at setup): narrow 16-byte lines
+//   (flagged_line.cuh, line_op below) or wide 128-byte lines (NOTE [wide
+//   lines], wide_line_op.cuh), which also need contiguous destinations.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +36,7 @@
 
 #include "atom/cuda/flagged_line.cuh"
 #include "atom/cuda/plan_kernel.cuh"
+#include "atom/cuda/wide_line_op.cuh"
 
 namespace purlin::atom::cuda {
 
@@ -153,7 +157,7 @@ __device__ bool line_op(const KernelParams& p, char* const* lines, const DevOp& 
 
 }  // namespace detail
 
-template <class T>
+template <class T, bool kWide>
 __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ KernelParams p) {
   __shared__ uint64_t s_state[4];
   __shared__ char* s_lines[kMaxWorld];
@@ -183,7 +187,8 @@ __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ Kern
       if (seen < pbase && *reinterpret_cast<const volatile uint64_t*>(broken) == 0)
         ok = wait_flag<true>(done, pbase, seen, site, q, 0, kDone, p.reuse_phase);
     }
-    s_lines[q] = reinterpret_cast<char*>(region) + L.line_offset + static_cast<int64_t>(lseq & 1) * L.line_half;
+    s_lines[q] = reinterpret_cast<char*>(region) + (kWide ? L.wide_offset + static_cast<int64_t>(lseq & 1) * L.wide_half
+                                                          : L.line_offset + static_cast<int64_t>(lseq & 1) * L.line_half);
   }
   if (!__syncthreads_and(ok) || s_state[2] != 0) return;
   const uint64_t base = s_state[0], lbase = s_state[1], lseq = s_state[3];
@@ -199,7 +204,9 @@ __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ Kern
         break;
       case kCopy:
       case kReduce: {
-        const bool ok = detail::line_op<T>(p, s_lines, op, srcs, flag, site);
+        bool ok;
+        if constexpr (kWide) ok = detail::wide_op<T>(p, s_lines, op, srcs, wide_flag(flag), site);
+        else ok = detail::line_op<T>(p, s_lines, op, srcs, flag, site);
         if (__syncthreads_or(!ok)) return;
         break;
       }

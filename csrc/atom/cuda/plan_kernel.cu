@@ -87,6 +87,8 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   if (l.reduces && !can_reduce(l.dtype)) bad(std::string("no CUDA reduction for ") + dtype_name(l.dtype));
   if (l.lines && (l.layout.line_offset <= 0 || dtype_size(l.dtype) > 8 || l.redop == RedOp::PremulSum))
     bad("this plan cannot run on flagged lines");
+  if (l.wide_lines && (!l.lines || l.layout.wide_offset <= 0 || l.layout.wide_offset % kWideLineBytes != 0))
+    bad("wide lines need a line plan and the wide-line region");
   if (l.parity && (l.lines || l.layout.parity_offset <= 0 || l.redop == RedOp::PremulSum))
     bad("this plan cannot run as a parity plan");
 
@@ -117,7 +119,7 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   static const uint16_t line_phase = intern_name("consume: wait for a flagged line");
   k.reuse_phase = l.lines || l.parity ? line_reuse_phase : reuse_phase;
   k.line_phase = line_phase;
-  k.lines = l.lines ? 1 : 0;
+  k.lines = !l.lines ? 0 : l.wide_lines ? kWideLines : kNarrowLines;
   k.parity = l.parity ? 1 : 0;
   return l.reduces ? launch_reducing(l.dtype, k, l.blocks, l.threads, stream)
                    : launch_copying(dtype_size(l.dtype), k, l.blocks, l.threads, stream);

@@ -64,6 +64,10 @@
 
 namespace purlin::atom::cuda {
 
+// KernelParams::lines: the line format of a line plan (NOTE [wide lines]).
+constexpr int kNarrowLines = 1;
+constexpr int kWideLines = 2;
+
 // 16-byte elements (complex128) are only ever copied.
 struct alignas(16) Pod16 {
   uint64_t lo, hi;
@@ -90,7 +94,7 @@ struct KernelParams {
   uint32_t op_name;
   uint32_t reuse_phase;  // interned phase name of the Done wait
   uint32_t line_phase;   // interned phase name of a flagged-line poll
-  int lines;             // 1: run the plan over flagged lines (line_kernel.cuh)
+  int lines;             // kNarrowLines / kWideLines: run the plan over flagged lines (line_kernel.cuh)
   int parity;            // 1: a parity plan (NOTE [parity plans])
 };
 

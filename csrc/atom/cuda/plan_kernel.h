@@ -54,6 +54,7 @@ struct PlanLaunch {
   uint64_t call_sig = 0;         // NOTE [call tags] (plan_kernel.cuh): equal on every rank of a valid call
   int64_t input_pool_offset = -1;  // zero-copy plans: Input's byte offset in the symmetric pool
   bool lines = false;            // run on flagged lines (NOTE [line plans], line_kernel.cuh)
+  bool wide_lines = false;       // ... in the wide format (NOTE [wide lines]; lower_plan with Partition::WideLines)
   bool parity = false;           // a parity plan (NOTE [parity plans], plan_kernel.cuh)
   int blocks = 1;                // this launch's blocks, <= layout.blocks (launch_config.h)
   int threads = 512;

@@ -23,7 +23,10 @@
 //   ptag[parity][from]        2*W    call tags of parity plans (NOTE [parity plans], plan_kernel.cuh)
 // The workspace (SNAC's two slots) follows at pad_bytes(), then the line
 // region (two parities of line_half bytes, flagged_line.cuh) at line_offset,
-// then the parity region (two halves of parity_half bytes) at parity_offset.
+// the wide-line region (two parities of wide_half bytes, wide_line.cuh) at
+// wide_offset, then the parity region (two halves of parity_half bytes) at
+// parity_offset. Narrow and wide lines never share memory: a stale line of
+// one format could otherwise pass for a fresh one of the other.
 //
 // NOTE [device epochs] Flag values are epochs: base + plan step, never reset
 //   (NOTE [epochs] in snac/plan.h). Every block of a launch reads `base` at
@@ -60,6 +63,8 @@ struct PadLayout {
   int blocks = 1;
   int64_t line_offset = 0;  // bytes from the buffer start to the line region; 0: none
   int64_t line_half = 0;    // bytes of one parity of the line region
+  int64_t wide_offset = 0;  // bytes from the buffer start to the wide-line region (NOTE [wide lines]); 0: none
+  int64_t wide_half = 0;    // bytes of one parity of the wide-line region
   int64_t parity_offset = 0;  // bytes from the buffer start to the parity region; 0: none
   int64_t parity_half = 0;    // bytes of one half of the parity region
 

@@ -32,19 +32,20 @@ struct Probe {
   std::string host, bus, error;
   int major = 0, minor = 0, sms = 0, blocks = 0;
   int64_t ws = 0, lines = 0, parity = 0;
+  int format = 0;  // LineFormat
 
   std::string encode() const {
     std::ostringstream os;
     // 'x' keeps hex fields non-empty for operator>>.
     os << 'x' << to_hex(host.data(), host.size()) << '\n' << bus << '\n' << major << '\n' << minor << '\n' << sms
-       << '\n' << blocks << '\n' << ws << '\n' << lines << '\n' << parity << '\n' << 'x' << to_hex(error.data(), error.size());
+       << '\n' << blocks << '\n' << ws << '\n' << lines << '\n' << parity << '\n' << format << '\n' << 'x' << to_hex(error.data(), error.size());
     return os.str();
   }
   static Probe decode(const std::string& s) {
     std::istringstream is(s);
     Probe p;
     std::string host, err;
-    is >> host >> p.bus >> p.major >> p.minor >> p.sms >> p.blocks >> p.ws >> p.lines >> p.parity;
+    is >> host >> p.bus >> p.major >> p.minor >> p.sms >> p.blocks >> p.ws >> p.lines >> p.parity >> p.format;
     if (!(is >> err)) err = "x";
     p.host = from_hex(host.substr(1));
     p.error = from_hex(err.substr(1));
@@ -55,11 +56,12 @@ struct Probe {
 std::string rank_str(int r) { return "rank " + std::to_string(r); }
 
 // One parity (half) of a region: every rank's contribution of the largest
-// collective it serves plus the planner's alignment of each piece, stored
-// as `stored_per_byte` bytes per payload byte, rounded up to 4 KiB.
-int64_t region_half_bytes(int64_t world, int64_t max_bytes, int64_t stored_per_byte) {
-  const int64_t payload = world * max_bytes + world * world * kPartBytes;
-  return (payload * stored_per_byte + 4095) / 4096 * 4096;
+// collective it serves plus the planner's alignment (`align` payload bytes)
+// of each piece, stored as `stored` bytes per `payload` bytes of it, rounded
+// up to 4 KiB.
+int64_t region_half_bytes(int64_t world, int64_t max_bytes, int64_t align, int64_t stored, int64_t payload) {
+  const int64_t bytes = world * max_bytes + world * world * align;
+  return ((bytes + payload - 1) / payload * stored + 4095) / 4096 * 4096;
 }
 
 // "" if the group can use CUDA IPC at all; the same text on every rank.
@@ -108,6 +110,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   mine.ws = opt.workspace_bytes;
   mine.lines = std::max<int64_t>(0, opt.line_max_bytes);
   mine.parity = std::max<int64_t>(0, opt.parity_max_bytes);
+  mine.format = static_cast<int>(opt.line_format);
   if (opt.world > kMaxWorld) mine.error = "the CUDA datapath supports at most " + std::to_string(kMaxWorld) + " ranks";
   if (opt.workspace_bytes < 64 * 1024) mine.error = "TORCH_PURLIN_CUDA_WORKSPACE_BYTES must be at least 64K";
 
@@ -121,8 +124,9 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   DeviceInfo group_info = info;
   int fixed = 0;
   int64_t bytes = INT64_MAX, line_max = INT64_MAX, parity_max = INT64_MAX;
-  bool same_arch = true;
+  bool same_arch = true, same_format = true;
   for (const Probe& p : probes) {
+    same_format &= p.format == probes[0].format;
     same_arch &= p.major == probes[0].major && p.minor == probes[0].minor;
     group_info.sm_count = std::min(group_info.sm_count, p.sms);
     if (p.blocks > 0) fixed = fixed > 0 ? std::min(fixed, p.blocks) : p.blocks;
@@ -139,21 +143,29 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   ws->layout_ = PadLayout{opt.world, kMaxBlocks};
   ws->config_.threads = std::max(ws->config_.threads, std::max(opt.world, ws->config_.max_blocks));
   ws->workspace_bytes_ = bytes / 4096 * 4096;
-  // NOTE [line plans]: two parities of flagged lines (twice the payload),
+  // NOTE [line plans]: two parities of narrow lines (twice the payload),
   // room for every rank's contribution of the largest line collective plus
-  // the planner's alignment of each piece.
+  // the planner's alignment of each piece; unless the format is narrow, a
+  // wide-line region as well (128 bytes per 120 of payload, NOTE [wide
+  // lines]). Narrow lines serve any line plan (strided destinations too).
   ws->line_max_bytes_ = line_max;
+  ws->line_format_ = same_format ? static_cast<LineFormat>(probes[0].format) : LineFormat::Narrow;
   if (line_max > 0) {
-    ws->layout_.line_half = region_half_bytes(opt.world, line_max, 2);
+    ws->layout_.line_half = region_half_bytes(opt.world, line_max, kPartBytes, 2, 1);
     ws->layout_.line_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_;
+    if (ws->line_format_ != LineFormat::Narrow) {
+      ws->layout_.wide_half = region_half_bytes(opt.world, line_max, kWideAlignBytes, 128, kWidePayload);
+      ws->layout_.wide_offset = ws->layout_.line_offset + 2 * ws->layout_.line_half;
+    }
   }
   // NOTE [parity plans]: two halves of plain data, each room for every rank's
   // contribution of the largest parity plan plus the planner's alignment.
   // Apart from the line region: plain data there could pass for a line.
   ws->parity_max_bytes_ = parity_max;
   if (parity_max > 0) {
-    ws->layout_.parity_half = region_half_bytes(opt.world, parity_max, 1);
-    ws->layout_.parity_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_ + 2 * ws->layout_.line_half;
+    ws->layout_.parity_half = region_half_bytes(opt.world, parity_max, kPartBytes, 1, 1);
+    ws->layout_.parity_offset =
+        ws->layout_.pad_bytes() + ws->workspace_bytes_ + 2 * ws->layout_.line_half + 2 * ws->layout_.wide_half;
   }
 
   // ---- handle ------------------------------------------------------------
@@ -170,7 +182,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
     }
   }
   const size_t total = static_cast<size_t>(ws->layout_.pad_bytes() + ws->workspace_bytes_ + 2 * ws->layout_.line_half +
-                                           2 * ws->layout_.parity_half);
+                                           2 * ws->layout_.wide_half + 2 * ws->layout_.parity_half);
   cudaIpcMemHandle_t handle;
   if (local.empty()) {
     try {
@@ -180,7 +192,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
       cudaError_t me = cudaMemsetAsync(ws->self_, 0, static_cast<size_t>(ws->layout_.pad_bytes()), s);
       if (me == cudaSuccess && ws->layout_.line_half > 0)  // NOTE [flagged lines]: no stale flag may match
         me = cudaMemsetAsync(static_cast<char*>(ws->self_) + ws->layout_.line_offset, 0,
-                             static_cast<size_t>(2 * ws->layout_.line_half), s);
+                             static_cast<size_t>(2 * (ws->layout_.line_half + ws->layout_.wide_half)), s);
       if (me == cudaSuccess) me = cudaStreamSynchronize(s);
       cudaStreamDestroy(s);
       check(me, "clearing the signal pad");
@@ -214,6 +226,11 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
     return nullptr;
   }
   return ws;
+}
+
+int64_t SymmetricWorkspace::line_slot_elems(int64_t esize, bool wide) const {
+  const int64_t payload = wide ? layout_.wide_half / 128 * kWidePayload : layout_.line_half / 2;
+  return payload / esize;
 }
 
 void SymmetricWorkspace::release() {

@@ -22,6 +22,11 @@
 
 namespace purlin::atom::cuda {
 
+// Which flagged lines a group runs (TORCH_PURLIN_CUDA_LINE_FORMAT): narrow
+// only, wide wherever a plan allows, or auto (wide where they measured
+// faster: NOTE [wide lines]). Numbered for the setup exchange.
+enum class LineFormat : int { Narrow = 0, Wide = 1, Auto = 2 };
+
 class SymmetricWorkspace {
  public:
   using AllGather = std::function<std::vector<std::string>(const std::string& tag, const std::string& mine)>;
@@ -34,6 +39,7 @@ class SymmetricWorkspace {
     int blocks = 0;               // fixed blocks per launch; 0: by size (launch_config.h); the group uses the smallest
     int64_t line_max_bytes = 0;   // largest line collective (NOTE [line plans]); 0: no line region; the smallest
     int64_t parity_max_bytes = 0; // largest parity plan (NOTE [parity plans]); 0: no parity region; the smallest
+    LineFormat line_format = LineFormat::Auto;  // NOTE [wide lines]; the group's: every rank's if equal, else narrow
   };
 
   static std::unique_ptr<SymmetricWorkspace> create(const Options& opt, const AllGather& exchange, std::string* why);
@@ -56,8 +62,10 @@ class SymmetricWorkspace {
   // Per-rank bytes up to which collectives may run on flagged lines (the
   // group's agreed TORCH_PURLIN_CUDA_LINE_BYTES); 0: never.
   int64_t line_max_bytes() const { return line_max_bytes_; }
-  // Payload elements of `esize` bytes one parity of the line region holds.
-  int64_t line_slot_elems(int64_t esize) const { return layout_.line_half / 2 / esize; }
+  // The group's line format (NOTE [wide lines]).
+  LineFormat line_format() const { return line_format_; }
+  // Payload elements of `esize` bytes one parity of the (wide-)line region holds.
+  int64_t line_slot_elems(int64_t esize, bool wide) const;
   // Per-rank bytes up to which collectives may run as parity plans (the
   // group's agreed TORCH_PURLIN_CUDA_PARITY_BYTES); 0: never.
   int64_t parity_max_bytes() const { return parity_max_bytes_; }
@@ -76,6 +84,7 @@ class SymmetricWorkspace {
   LaunchConfig config_;
   int64_t workspace_bytes_ = 0;
   int64_t line_max_bytes_ = 0;
+  LineFormat line_format_ = LineFormat::Narrow;
   int64_t parity_max_bytes_ = 0;
   void* self_ = nullptr;
   std::vector<void*> peers_;  // opened IPC mappings (nullptr for self)

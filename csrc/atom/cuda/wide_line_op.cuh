@@ -1,0 +1,155 @@
+// wide_line_op.cuh — one Copy / Reduce op of a line plan on wide lines
+// (NOTE [wide lines] in wide_line.cuh): the line kernel's (line_kernel.cuh)
+// per-op work when the group's line format is wide.
+//
+// A block takes whole lines of the op (wide_part_size()); a warp takes four
+// consecutive lines per step, one per line group of eight lanes; lane j of
+// a group holds payload bytes [16j, 16j + 16) of its line (lane 7: [112,
+// 120), then the flag word). Line `l` of an op holds its elements
+// [l * P, (l + 1) * P), P = kWidePayload / sizeof(T); a Workspace ref's
+// offset is a piece start, so on a line (NOTE [wide lines]).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "atom/cuda/plan_kernel.cuh"
+#include "atom/cuda/wide_line.cuh"
+
+namespace purlin::atom::cuda::detail {
+
+// Where this lane's 16 bytes of line `line` of Workspace ref r are.
+template <class T>
+__device__ __forceinline__ char* wide_part(char* const* lines, const DevRef& r, int64_t line) {
+  const int64_t first = r.offset * static_cast<int64_t>(sizeof(T)) / kWidePayload;
+  return lines[r.rank] + (first + line) * kWideLineBytes + (threadIdx.x & (kWideGroup - 1)) * 16;
+}
+
+// k elements of plain memory (Input / Output) into / out of x (16-byte aligned).
+template <class T>
+__device__ __forceinline__ void load_plain(const T* src, int k, T* x) {
+  constexpr int kU = 16 / sizeof(T);
+  if (k == kU && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    *reinterpret_cast<uint4*>(x) = *reinterpret_cast<const uint4*>(src);
+    return;
+  }
+  for (int j = 0; j < kU; ++j)
+    if (j < k) x[j] = src[j];
+}
+
+template <class T>
+__device__ __forceinline__ void store_plain(T* dst, int k, const T* x) {
+  constexpr int kU = 16 / sizeof(T);
+  if (k == kU && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(x);
+    return;
+  }
+  for (int j = 0; j < kU; ++j)
+    if (j < k) dst[j] = x[j];
+}
+
+// This lane's k elements (from op element e0) of ref r into x. Called by the
+// whole warp: a Workspace read polls the line with the group.
+template <class T>
+__device__ __forceinline__ bool wide_load_ref(const KernelParams& p, char* const* lines, const DevRef& r, int64_t line,
+                                              int64_t e0, int k, bool active, T* x, uint64_t flag,
+                                              const WaitSite& site) {
+  if (r.buf == kWorkspace) {
+    WideWords w;
+    if (!wide_wait(wide_part<T>(lines, r, line), active, flag, &w, site, r.origin, p.line_phase)) return false;
+    memcpy(x, &w, 16);  // lane 7: the flag word lies beyond its k
+    return true;
+  }
+  if (active) load_plain<T>(reinterpret_cast<const T*>(r.buf == kInput ? p.input : p.output) + r.offset + e0, k, x);
+  return true;
+}
+
+// This lane's k elements in x to ref d; a Workspace write stores the whole
+// line with the group, zeros past the op's end and the flag word in lane 7.
+template <class T>
+__device__ __forceinline__ void wide_store_ref(const KernelParams& p, char* const* lines, const DevRef& d, int64_t line,
+                                               int64_t e0, int k, bool active, const T* x, uint64_t flag) {
+  if (d.buf == kWorkspace) {
+    WideWords w;
+    memcpy(&w, x, 16);  // then zeros past the op's end (registers, not a variable-length copy)
+    const int bytes = k * static_cast<int>(sizeof(T));
+    if (bytes < 16) {
+      w.hi = bytes <= 8 ? 0 : w.hi & ((1ull << (8 * (bytes - 8))) - 1);
+      w.lo = bytes >= 8 ? w.lo : bytes == 0 ? 0 : w.lo & ((1ull << (8 * bytes)) - 1);
+    }
+    if ((threadIdx.x & (kWideGroup - 1)) == kWideGroup - 1) w.hi = flag;
+    __syncwarp();  // the group's eight stores in one instruction
+    if (active) wide_store(wide_part<T>(lines, d, line), w);
+    return;
+  }
+  if (active) store_plain<T>(reinterpret_cast<T*>(d.buf == kInput ? p.input : p.output) + d.offset + e0, k, x);
+}
+
+// The arithmetic of reduce.cuh's reduce_one (sources in plan order).
+template <class T, class Op, bool kAvg>
+__device__ __forceinline__ bool wide_reduce(const KernelParams& p, char* const* lines, const DevOp& op,
+                                            const DevRef* srcs, int64_t line, int64_t e0, int k, bool active,
+                                            uint64_t flag, const WaitSite& site) {
+  using A = typename Elem<T>::Acc;
+  constexpr int kU = 16 / sizeof(T);
+  alignas(16) T x[kU];
+  A acc[kU];
+  if (!wide_load_ref<T>(p, lines, srcs[op.src_begin], line, e0, k, active, x, flag, site)) return false;
+  for (int j = 0; j < kU; ++j)
+    if (j < k) acc[j] = Elem<T>::load(x[j]);
+  for (int s = 1; s < op.src_count; ++s) {
+    if (!wide_load_ref<T>(p, lines, srcs[op.src_begin + s], line, e0, k, active, x, flag, site)) return false;
+    for (int j = 0; j < kU; ++j)
+      if (j < k) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));
+  }
+  for (int j = 0; j < kU; ++j)
+    if (j < k) x[j] = Elem<T>::store(kAvg ? div(acc[j], static_cast<A>(op.src_count)) : acc[j]);
+  wide_store_ref<T>(p, lines, op.dst, line, e0, k, active, x, flag);
+  return true;
+}
+
+// One Copy / Reduce op, this block's lines. Returns false (in every thread
+// of a warp alike) when a wait failed.
+template <class T>
+__device__ bool wide_op(const KernelParams& p, char* const* lines, const DevOp& op, const DevRef* srcs, uint64_t flag,
+                        const WaitSite& site) {
+  constexpr int64_t kE = sizeof(T), kP = kWidePayload / kE;
+  constexpr int kU = 16 / kE;
+  const int64_t per = wide_part_size(op.n, static_cast<int>(gridDim.x), kE) / kP;  // lines per block
+  const int64_t n_lines = (op.n + kP - 1) / kP;
+  const int64_t lo = blockIdx.x * per, hi = n_lines < lo + per ? n_lines : lo + per;
+  const int lane = static_cast<int>(threadIdx.x & 31), j = lane & (kWideGroup - 1);
+  const int64_t step = static_cast<int64_t>(blockDim.x >> 5) * (32 / kWideGroup);
+  // l0 is the warp's first line: the loop is uniform in the warp.
+  for (int64_t l0 = lo + static_cast<int64_t>(threadIdx.x >> 5) * (32 / kWideGroup); l0 < hi; l0 += step) {
+    const int64_t line = l0 + lane / kWideGroup;
+    const bool active = line < hi;
+    const int64_t e0 = line * kP + j * kU;
+    const int64_t cap = j == kWideGroup - 1 ? kU / 2 : kU, left = op.n - e0;
+    const int k = static_cast<int>(left <= 0 ? 0 : left < cap ? left : cap);
+    if (op.code == kCopy) {
+      alignas(16) T x[kU];
+      if (!wide_load_ref<T>(p, lines, srcs[op.src_begin], line, e0, k, active, x, flag, site)) return false;
+      wide_store_ref<T>(p, lines, op.dst, line, e0, k, active, x, flag);
+      continue;
+    }
+    if constexpr (kReducible<T>) {
+      bool ok = true;
+      switch (static_cast<RedOp>(p.redop)) {
+        case RedOp::Sum: ok = wide_reduce<T, OpSum, false>(p, lines, op, srcs, line, e0, k, active, flag, site); break;
+        case RedOp::Product: ok = wide_reduce<T, OpProd, false>(p, lines, op, srcs, line, e0, k, active, flag, site); break;
+        case RedOp::Min: ok = wide_reduce<T, OpMin, false>(p, lines, op, srcs, line, e0, k, active, flag, site); break;
+        case RedOp::Max: ok = wide_reduce<T, OpMax, false>(p, lines, op, srcs, line, e0, k, active, flag, site); break;
+        case RedOp::Avg:
+          if constexpr (std::is_floating_point_v<typename Elem<T>::Acc>)
+            ok = wide_reduce<T, OpSum, true>(p, lines, op, srcs, line, e0, k, active, flag, site);
+          break;
+        default: break;  // PREMUL_SUM never runs on lines (NOTE [line plans])
+      }
+      if (!ok) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace purlin::atom::cuda::detail
