@@ -17,7 +17,8 @@ def test_default_rows_cover_each_op_of_a_family():
     assert _C.nccl_table_from(t, "all_gather_into_tensor") == 256 << 20
     assert _C.nccl_table_from(t, "reduce_scatter_tensor_coalesced") == 256 << 20
     assert _C.nccl_table_from(t, "all_to_all_single") == 64 << 20
-    for op in ("broadcast", "reduce", "gather", "scatter", "barrier", "all_reducer"):
+    assert _C.nccl_table_from(t, "broadcast") == 64 << 20
+    for op in ("reduce", "gather", "scatter", "barrier", "all_reducer"):
         assert _C.nccl_table_from(t, op) == 0, op
 
 

@@ -22,7 +22,8 @@ namespace purlin::backend {
 // scatter, all_to_all with split sizes) never consult it, so the decision is
 // the same on every rank; the value itself is agreed at group setup (rank 0's
 // wins). The defaults come from benchmarks/results/cuda_h200x2_20261130c.md
-// (2x H200) and apply to every world size until measured on more GPUs.
+// (2x H200; broadcast from cuda_h200x2_20261130f_probes.md) and apply to
+// every world size until measured on more GPUs.
 class NcclTable {
  public:
   // Parses "family=bytes,..." ("" or "none": no rows); throws std::invalid_argument.

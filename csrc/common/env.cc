@@ -56,7 +56,7 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_POOL_BYTES", "4G",
        "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
        "every peer maps; collectives read inputs from it in place). Allocated on first use."},
-      {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_to_all=64M,all_gather=256M,reduce_scatter=256M",
+      {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_to_all=64M,broadcast=64M,all_gather=256M,reduce_scatter=256M",
        "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h): family=bytes items; a "
        "CUDA collective of that family (all_reduce also names all_reduce_coalesced, all_gather names "
        "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "
