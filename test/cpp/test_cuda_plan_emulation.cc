@@ -37,6 +37,14 @@
 // still read it (asymmetric collectives, plan kernels in between) is
 // reported.
 //
+// Wide lines (NOTE [wide lines], wide_line_op.cuh): half of the line requests
+// ask for the wide format; where the plan allows it (contiguous sources and
+// destinations) it is laid out with whole-line pieces (kWideAlignBytes) in
+// the wide-line region, lowered with Partition::WideLines, and run line by
+// line over each block's whole lines: a 128-byte line is one unit of 30
+// int32, stored and polled like a narrow line. Every wide access checks that
+// its piece starts on a line (two writers in one line would be a torn line).
+//
 // Parity plans (NOTE [parity plans], plan_kernel.cuh): a region request whose
 // collective is too large for lines but fits the parity region runs its
 // one-round push plan with Workspace refs in one half (lseq % 2) of the
@@ -52,11 +60,14 @@
 // repeat after 6 line collectives instead of 2^33), one-tag-slot (parity
 // plans write the call_tag slot), relaxed-parity-done (a parity plan's Done
 // orders nothing, as a line Done would: the next writer of the half races
-// with this rank's reads; why parity plans keep the released Done).
+// with this rank's reads; why parity plans keep the released Done),
+// wide-unaligned (wide-line pieces aligned to 512 bytes instead of whole
+// lines).
 //
 // Worlds 1-3 run with three workspace sizes each, world 4 with one.
 // What it does not cover: the CUDA code itself (ptx.cuh, copy.cuh,
-// reduce.cuh, the 16-byte line accesses of flagged_line.cuh, the call-tag
+// reduce.cuh, the 16-byte line accesses of flagged_line.cuh, the wide lines' 128-byte
+// group stores and loads of wide_line.cuh and their hardware assumption, the call-tag
 // half of the line flag), which the GPU tests (test/test_gpu_collectives.py)
 // exercise.
 // Build: g++ -std=c++17 -O2 -Icsrc -x c++ csrc/atom/cuda/device_plan.cu -x none
@@ -89,16 +100,18 @@ namespace {
 constexpr int kBlocks = 4;
 constexpr int64_t kEsize = 4;                     // int32 elements
 constexpr int64_t kLineElems = 8 / kEsize;        // payload elements of one 16-byte line (kLinePayload)
+constexpr int64_t kWideElems = cu::kWidePayload / kEsize;  // payload elements of one 128-byte wide line
 constexpr int64_t kLineMaxBytes = 2048;           // TORCH_PURLIN_CUDA_LINE_BYTES of every emulated group
 constexpr int64_t kParityMaxBytes = 8192;         // TORCH_PURLIN_CUDA_PARITY_BYTES of every emulated group
 
 // Deliberate protocol bugs (argv[2]): each must make the run fail.
-enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod, OneTagSlot, RelaxedParityDone };
+enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod, OneTagSlot, RelaxedParityDone, WideUnaligned };
 Mutation g_mutation = Mutation::None;
 
 int g_failed = 0;
-int64_t g_launches = 0, g_line_launches = 0, g_parity_launches = 0, g_ops = 0, g_syncs = 0;
+int64_t g_launches = 0, g_line_launches = 0, g_wide_launches = 0, g_parity_launches = 0, g_ops = 0, g_syncs = 0;
 std::atomic<int64_t> g_races{0};
+std::atomic<int64_t> g_off_line{0};  // wide-line accesses whose piece does not start on a line
 
 // ---- happens-before race detector --------------------------------------------
 // One vector clock per emulated block (thread t = rank * kBlocks + block).
@@ -179,14 +192,16 @@ uint32_t line_flag(uint64_t seq) {
   return static_cast<uint32_t>(seq % period + 1);
 }
 
-// One 16-byte line: kLineElems payload elements and the flag, stored and
-// loaded as one unit (each 8-byte half of the kernel's line carries the flag,
-// so a matching flag proves the payload beside it). A store is a release:
+// One line: a narrow 16-byte line's kLineElems payload elements (each 8-byte
+// half of the kernel's line carries the flag, so a matching flag proves the
+// payload beside it) or a wide 128-byte line's kWideElems (NOTE [wide lines]:
+// the line group's one-instruction store and load), and the flag, stored and
+// loaded as one unit. A store is a release:
 // a load that sees the flag acquires the writer's clock. `seq` is the
 // emulator's own record of the line collective that wrote it (the kernel
 // has only the flags), to name a stale or overwritten line.
 struct Line {
-  int32_t v[kLineElems] = {};
+  int32_t v[kWideElems] = {};  // narrow lines use the first kLineElems
   uint32_t flag = 0;   // cleared memory: never matches
   int64_t seq = -1;    // of the last store
   int64_t high = -1;   // of the latest collective that stored
@@ -203,7 +218,7 @@ void line_store(Line& l, const int32_t* x, int64_t k, uint64_t seq, VC& vc, int 
   on_write(&l.cell, vc, t, phase);
   {
     std::lock_guard<std::mutex> g(line_mu(&l));
-    for (int64_t j = 0; j < kLineElems; ++j) l.v[j] = j < k ? x[j] : 0;
+    for (int64_t j = 0; j < kWideElems; ++j) l.v[j] = j < k ? x[j] : 0;
     l.flag = line_flag(seq);
     l.seq = static_cast<int64_t>(seq);
     l.high = std::max(l.high, l.seq);
@@ -213,7 +228,8 @@ void line_store(Line& l, const int32_t* x, int64_t k, uint64_t seq, VC& vc, int 
   ++vc[t];
 }
 
-// line_wait: polls until the line carries this collective's flag. A line
+// line_wait: polls until the line carries this collective's flag (out: room
+// for kWideElems). A line
 // whose store of this collective was overwritten before this read (it would
 // never match: a timeout on the GPU) or a stale line whose flag matches is
 // reported, and taken.
@@ -249,6 +265,12 @@ int64_t line_half_bytes(int world) {
   return (payload * 2 + 4095) / 4096 * 4096;
 }
 
+// NOTE [wide lines]: the wide-line region's parity, 128 bytes per 120 of payload.
+int64_t wide_half_bytes(int world) {
+  const int64_t payload = world * kLineMaxBytes + int64_t{world} * world * cu::kWideAlignBytes;
+  return ((payload + cu::kWidePayload - 1) / cu::kWidePayload * 128 + 4095) / 4096 * 4096;
+}
+
 // NOTE [parity plans] sizes (symmetric_workspace.cu), in int32 elements.
 int64_t parity_half_elems(int world) {
   return (world * kParityMaxBytes + int64_t{world} * world * 512 + 4095) / 4096 * 4096 / kEsize;
@@ -260,6 +282,7 @@ struct RankState {
   std::vector<int32_t> ws;                        // workspace: two slots
   std::vector<Cell> ws_cells;
   std::vector<Line> lines[2];                     // the line region's two parities
+  std::vector<Line> wide[2];                      // the wide-line region's two parities
   std::vector<int32_t> par[2];                    // the parity region's two halves
   std::vector<Cell> par_cells[2];
   std::vector<uint64_t> tags;                     // [slot][from] (kTagSlots)
@@ -271,8 +294,9 @@ struct RankState {
   std::mutex finish_mu;                           // the pad's `finished` counter
   int finished = 0;
   VC finish_acc;                                  // clocks of the blocks that ended
-  RankState(int world, int64_t ws_elems, int64_t line_count, int64_t par_elems)
+  RankState(int world, int64_t ws_elems, int64_t line_count, int64_t wide_count, int64_t par_elems)
       : ws(ws_elems), ws_cells(ws_elems), lines{std::vector<Line>(line_count), std::vector<Line>(line_count)},
+        wide{std::vector<Line>(wide_count), std::vector<Line>(wide_count)},
         par{std::vector<int32_t>(par_elems), std::vector<int32_t>(par_elems)},
         par_cells{std::vector<Cell>(par_elems), std::vector<Cell>(par_elems)},
         tags(kTagSlots * world), tag_cells(kTagSlots * world),
@@ -283,13 +307,16 @@ struct RankState {
 struct Group {
   int world;
   int64_t slot_elems;
-  int64_t line_slot_elems;  // SymmetricWorkspace::line_slot_elems
+  int64_t line_slot_elems;  // SymmetricWorkspace::line_slot_elems(esize, false)
+  int64_t wide_slot_elems;  // SymmetricWorkspace::line_slot_elems(esize, true)
   int64_t parity_slot_elems;  // SymmetricWorkspace::parity_slot_elems
   std::vector<std::unique_ptr<RankState>> ranks;
   Group(int w, int64_t slot)
-      : world(w), slot_elems(slot), line_slot_elems(line_half_bytes(w) / 2 / kEsize), parity_slot_elems(parity_half_elems(w)) {
+      : world(w), slot_elems(slot), line_slot_elems(line_half_bytes(w) / 2 / kEsize),
+        wide_slot_elems(wide_half_bytes(w) / 128 * cu::kWidePayload / kEsize), parity_slot_elems(parity_half_elems(w)) {
     for (int r = 0; r < w; ++r)
-      ranks.push_back(std::make_unique<RankState>(w, 2 * slot, line_half_bytes(w) / 16, parity_half_elems(w)));
+      ranks.push_back(std::make_unique<RankState>(w, 2 * slot, line_half_bytes(w) / 16, wide_half_bytes(w) / 128,
+                                                  parity_half_elems(w)));
   }
   static size_t slot(int world, int kind, int from, int block) {
     return (static_cast<size_t>(kind) * world + from) * kBlocks + block;
@@ -304,6 +331,7 @@ struct Call {
   int blocks = kBlocks;    // this launch's block count (same on every rank)
   bool zero_copy = false;
   bool lines = false;      // runs the line kernel (NOTE [line plans])
+  bool wide = false;       // ... on wide lines (NOTE [wide lines])
   bool parity = false;     // a parity plan (NOTE [parity plans])
   const Call* all = nullptr;  // every rank's call (peers' inputs); a vector buffer, stable under moves
   int32_t* in = nullptr;
@@ -456,7 +484,7 @@ Line& line_at(const BlockCtx& x, int rank, int64_t index) {
 // polls the lines that hold them (an unaligned start reads two lines).
 void load_unit(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, int32_t* v, const char* phase) {
   if (ref.buf == cu::kWorkspace) {
-    int32_t line[kLineElems];
+    int32_t line[kWideElems];
     int64_t have = -1;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = ref.offset + e0 + j;
@@ -505,6 +533,57 @@ void line_data_op(BlockCtx& x, const cu::DevOp& op, std::mt19937& rng, bool slow
         acc[j] = static_cast<int32_t>(static_cast<uint32_t>(acc[j]) + static_cast<uint32_t>(v[j]));
     }
     store_unit(x, op.dst, e0, k, acc, phase);
+  }
+}
+
+// ---- wide lines (NOTE [wide lines], wide_line_op.cuh) ---------------------------
+Line& wide_at(const BlockCtx& x, int rank, const cu::DevRef& ref, int64_t e0) {
+  if (ref.offset * kEsize % cu::kWidePayload != 0) ++g_off_line;  // the piece must start on a line
+  const int parity = g_mutation == Mutation::OneParity ? 0 : static_cast<int>(x.lseq & 1);
+  std::vector<Line>& region = x.g.ranks[rank]->wide[parity];
+  const int64_t index = (ref.offset * kEsize + e0 * kEsize) / cu::kWidePayload;
+  if (index < 0 || index >= static_cast<int64_t>(region.size())) {
+    std::fprintf(stderr, "wide line %lld outside the region (%zu lines)\n", (long long)index, region.size());
+    std::abort();
+  }
+  return region[index];
+}
+
+// k elements e0.. (one line's, e0 on a line) of ref into v.
+void wide_load(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, int32_t* v, const char* phase) {
+  if (ref.buf == cu::kWorkspace) {
+    int32_t line[kWideElems];
+    line_wait(wide_at(x, ref.rank, ref, e0), x.lseq, line, x.vc, x.t, phase);
+    std::copy(line, line + k, v);
+    return;
+  }
+  load_unit(x, ref, e0, k, v, phase);
+}
+
+void wide_store(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, const int32_t* v, const char* phase) {
+  if (ref.buf == cu::kWorkspace) {
+    line_store(wide_at(x, ref.rank, ref, e0), v, k, x.lseq, x.vc, x.t, phase);
+    return;
+  }
+  store_unit(x, ref, e0, k, v, phase);
+}
+
+// wide_op: Copy / Reduce line by line over the block's whole lines (wide_part_size).
+void wide_data_op(BlockCtx& x, const cu::DevOp& op, std::mt19937& rng, bool slow, const char* phase) {
+  const int64_t per = cu::wide_part_size(op.n, x.c.blocks, kEsize);
+  const int64_t lo = x.b * per, hi = std::min(op.n, lo + per);
+  const int64_t mid = lo + (hi - lo) / 2 / kWideElems * kWideElems;
+  for (int64_t e0 = lo; e0 < hi; e0 += kWideElems) {
+    if (e0 == mid) pause(rng, slow);
+    const int64_t k = std::min(kWideElems, hi - e0);
+    int32_t acc[kWideElems], v[kWideElems];
+    wide_load(x, x.c.plan.srcs[op.src_begin], e0, k, acc, phase);
+    for (int s = 1; s < op.src_count; ++s) {
+      wide_load(x, x.c.plan.srcs[op.src_begin + s], e0, k, v, phase);
+      for (int64_t j = 0; j < k; ++j)
+        acc[j] = static_cast<int32_t>(static_cast<uint32_t>(acc[j]) + static_cast<uint32_t>(v[j]));
+    }
+    wide_store(x, op.dst, e0, k, acc, phase);
   }
 }
 
@@ -592,7 +671,8 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
         break;
       case cu::kCopy:
       case cu::kReduce:
-        if (c.lines) line_data_op(x, op, rng, slow, phase);
+        if (c.wide) wide_data_op(x, op, rng, slow, phase);
+        else if (c.lines) line_data_op(x, op, rng, slow, phase);
         else plan_data_op(x, op, rng, slow, phase);
         break;
     }
@@ -616,6 +696,7 @@ struct Case {
   bool zero_copy = false;
   bool push = false;    // NOTE [push]
   bool lines = false;   // the host tries a region: flagged lines (NOTE [line plans]), else a parity plan
+  bool wide = false;    // ... and the group's line format is wide (NOTE [wide lines]); as run: on wide lines
   bool parity = false;  // as run: a parity plan (NOTE [parity plans])
   int64_t rows = 1, row_len = 0;  // Interleaved: n = rows * row_len
 };
@@ -625,7 +706,7 @@ std::string name_of(const Case& c) {
                                 "reduce",     "gather",     "scatter",        "interleaved_all_gather"};
   return std::string(kinds[static_cast<int>(c.kind)]) + (c.layout == Layout::InPlace ? " in-place" : "") +
          (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.push ? " push" : "") +
-         (c.lines ? " lines" : "") + (c.parity ? " parity" : "") + " n=" + std::to_string(c.n) + " blocks=" + std::to_string(c.blocks);
+         (c.lines ? (c.wide ? " wide-lines" : " lines") : "") + (c.parity ? " parity" : "") + " n=" + std::to_string(c.n) + " blocks=" + std::to_string(c.blocks);
 }
 
 snac::Spec spec_of(const Case& cs, int W) {
@@ -693,6 +774,19 @@ bool line_plan(const Group& g, const snac::Spec& spec, int r, const snac::PlanOp
   return one_round_push_plan(spec, r, opt, g.line_slot_elems, plan);
 }
 
+// plan_for's wide branch (NOTE [wide lines]): contiguous sources and
+// destinations, pieces aligned to whole lines, one parity of the wide region.
+bool wide_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
+  for (const auto& ch : spec.chunks) {
+    for (const auto& src : ch.sources)
+      if (src.region.rows > 1 && src.region.stride != src.region.row_len) return false;
+    for (const auto& d : ch.dests)
+      if (d.region.rows > 1 && d.region.stride != d.region.row_len) return false;
+  }
+  opt.align_elems = (g_mutation == Mutation::WideUnaligned ? cu::kPartBytes : cu::kWideAlignBytes) / kEsize;
+  return one_round_push_plan(spec, r, opt, g.wide_slot_elems, plan);
+}
+
 // plan_for's parity branch (NOTE [parity plans]): one half of the parity region.
 bool parity_plan(const Group& g, const snac::Spec& spec, int r, const snac::PlanOptions& opt, snac::Plan* plan) {
   if (g.world < 2 || snac::max_rank_elems(spec) * kEsize > kParityMaxBytes) return false;
@@ -750,7 +844,7 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
   std::vector<cu::IoAlias> aliases(W);
   std::vector<int64_t> shifts(W);
   std::vector<snac::Plan> plans(W);
-  int on_lines = 0, on_parity = 0;
+  int on_lines = 0, on_wide = 0, on_parity = 0;
   for (int r = 0; r < W; ++r) {
     const int64_t ni = spec.input_numel[r], no = spec.output_numel[r];
     std::uniform_int_distribution<int32_t> val(-1000, 1000);
@@ -767,7 +861,9 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
       aliases[r] = in == out ? cu::IoAlias::Same : cu::IoAlias::Shifted;
     shifts[r] = aliases[r] == cu::IoAlias::Shifted ? in - out : 0;
     opts[r] = plan_options(g, cs, r, aliases[r], shifts[r]);
-    const bool line = cs.lines && lines_wanted(g, spec) && line_plan(g, spec, r, opts[r], &plans[r]);
+    const bool wide = cs.lines && cs.wide && lines_wanted(g, spec) && wide_plan(g, spec, r, opts[r], &plans[r]);
+    const bool line = wide || (cs.lines && lines_wanted(g, spec) && line_plan(g, spec, r, opts[r], &plans[r]));
+    on_wide += wide;
     on_lines += line;
     on_parity += cs.lines && !line && parity_plan(g, spec, r, opts[r], &plans[r]);
     p.cells[r].resize(p.mem[r].size());
@@ -777,7 +873,8 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     p.calls[r].cells = p.cells[r].data();
     p.calls[r].all = p.calls.data();
   }
-  if ((on_lines != 0 && on_lines != W) || (on_parity != 0 && on_parity != W)) {  // plan_for's choice must be rank-invariant
+  if ((on_lines != 0 && on_lines != W) || (on_wide != 0 && on_wide != W) ||
+      (on_parity != 0 && on_parity != W)) {  // plan_for's choice must be rank-invariant
     std::printf("FAIL %s world=%d: %d / %d of %d ranks chose a line / parity plan\n", name_of(cs).c_str(), W, on_lines,
                 on_parity, W);
     ++g_failed;
@@ -789,8 +886,9 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
       ++g_failed;
       break;
     }
-  const bool lines = on_lines == W, parity = !lines && on_parity == W;
+  const bool lines = on_lines == W, wide = lines && on_wide == W, parity = !lines && on_parity == W;
   p.cs.lines = lines;
+  p.cs.wide = wide;
   p.cs.parity = parity;
   if (lines || parity) {  // a region plan replaces push / zero-copy / two-shot choices
     p.cs.push = true;
@@ -798,10 +896,12 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
   }
   for (int r = 0; r < W; ++r) {
     if (!lines && !parity) plans[r] = snac::make_plan(spec, r, opts[r]);
-    p.calls[r].plan = cu::lower_plan(plans[r], cs.blocks, kEsize, aliases[r], shifts[r]);
+    p.calls[r].plan = cu::lower_plan(plans[r], cs.blocks, kEsize, aliases[r], shifts[r],
+                                     wide ? cu::Partition::WideLines : cu::Partition::Parts);
     p.calls[r].blocks = cs.blocks;
     p.calls[r].zero_copy = !lines && !parity && opts[r].read_peer_inputs;
     p.calls[r].lines = lines;
+    p.calls[r].wide = wide;
     p.calls[r].parity = parity;
     g_ops += static_cast<int64_t>(p.calls[r].plan.ops.size());
     g_syncs += p.calls[r].plan.local_syncs;
@@ -898,6 +998,7 @@ void run_sequence(Group& g, const std::vector<Prepared>& seq, unsigned seed) {
   for (const Prepared& p : seq) {
     g_launches += p.calls[0].plan.rounds > 0;
     g_line_launches += p.calls[0].plan.rounds > 0 && p.calls[0].lines;
+    g_wide_launches += p.calls[0].plan.rounds > 0 && p.calls[0].wide;
     g_parity_launches += p.calls[0].plan.rounds > 0 && p.calls[0].parity;
   }
 }
@@ -915,6 +1016,7 @@ Case random_case(int world, std::mt19937& rng) {
   const bool in_burst = burst > 0;
   if (in_burst) --burst;
   c.lines = in_burst || (world > 1 && rng() % 5 < 2);
+  c.wide = c.lines && rng() % 2;  // wide lines where the plan allows (NOTE [wide lines])
   static const int64_t sizes[] = {0, 1, 5, 127, 128, 129, 700, 1000, 2049, 5000};
   static const int64_t small[] = {1, 2, 5, 64, 127, 128, 129, 255, 300, 512, 600, 700, 1000, 1500, 2048};
   static const int64_t mid[] = {520, 600, 700, 1000, 1024, 1500, 2048};
@@ -943,8 +1045,10 @@ Mutation parse_mutation(const char* s) {
   if (m == "short-flag-period") return Mutation::ShortFlagPeriod;
   if (m == "one-tag-slot") return Mutation::OneTagSlot;
   if (m == "relaxed-parity-done") return Mutation::RelaxedParityDone;
+  if (m == "wide-unaligned") return Mutation::WideUnaligned;
   if (!m.empty()) {
-    std::fprintf(stderr, "unknown mutation '%s' (no-reuse-wait, one-parity, short-flag-period, one-tag-slot, relaxed-parity-done)\n", s);
+    std::fprintf(stderr, "unknown mutation '%s' (no-reuse-wait, one-parity, short-flag-period, one-tag-slot, "
+                 "relaxed-parity-done, wide-unaligned)\n", s);
     std::exit(2);
   }
   return Mutation::None;
@@ -984,10 +1088,13 @@ int main(int argc, char** argv) {
     ran += iters;
   }
   g_failed += static_cast<int>(g_races.load() > 0);
-  std::printf("cuda plan emulation: %d collectives (%lld launched, %lld on flagged lines, %lld parity plans, %lld ops, "
-              "%lld local barriers), %lld races, %d failed\n",
-              ran, (long long)g_launches, (long long)g_line_launches, (long long)g_parity_launches, (long long)g_ops,
-              (long long)g_syncs,
-              (long long)g_races.load(), g_failed);
+  if (g_off_line.load() > 0) {
+    std::printf("FAIL %lld wide-line accesses in pieces that do not start on a line\n", (long long)g_off_line.load());
+    ++g_failed;
+  }
+  std::printf("cuda plan emulation: %d collectives (%lld launched, %lld on flagged lines, %lld parity plans, "
+              "%lld on wide lines, %lld ops, %lld local barriers), %lld races, %d failed\n",
+              ran, (long long)g_launches, (long long)g_line_launches, (long long)g_parity_launches,
+              (long long)g_wide_launches, (long long)g_ops, (long long)g_syncs, (long long)g_races.load(), g_failed);
   return g_failed ? 1 : 0;
 }
