@@ -53,7 +53,7 @@ if with_cuda():
             "cxx": cxx_flags + ["-DPURLIN_WITH_CUDA"],
             "nvcc": ["-O3", "--threads=4", "-DPURLIN_WITH_CUDA"] + cuda_arch_flags(),
         },
-        libraries=["rt"],
+        libraries=["rt", "dl"],  # dl: NVML is opened at run time (atom/cuda/nvlink_probe.h)
     )
 else:
     ext = CppExtension(

@@ -830,11 +830,11 @@ def _worker(rank, world, init_file, log_path):
         assert "lines" not in torch_purlin.last_launch(pg)["protocol"], torch_purlin.last_launch(pg)
         # TORCH_PURLIN_CUDA_LINE_FORMAT: auto (pg) takes wide lines above 256K per rank for reductions and
         # single-chunk copies, narrow ones for the rest; wide and narrow take theirs (NOTE [wide lines]).
-        # float32: 800 KB per rank (an all_gather's limit counts its output: 2 x 400 KB)
+        # float32: 800 KB per rank (an all_gather's limit counts its output: W x 800/W KB)
         for group, op, want in ((pg, "all_reduce", "one-shot+wide-lines"), (pg, "broadcast", "copy+wide-lines"),
                                 (pg, "all_gather", "copy+lines"), (wide, "all_gather", "copy+wide-lines"),
                                 (wide, "all_reduce", "one-shot+wide-lines"), (narrow, "all_reduce", "one-shot+lines")):
-            n = 100_000 if op == "all_gather" else 200_000
+            n = 200_000 // W if op == "all_gather" else 200_000
             xs = inputs(n, torch.float32, "sum")
             t = xs[rank].to(dev)
             if op == "all_reduce":

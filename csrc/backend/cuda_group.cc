@@ -158,6 +158,9 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   else if (debug_ && mine > 0)
     std::fprintf(stderr, "[purlin] rank %d: copy-engine Atom unavailable here or on a peer: %s\n", rank_,
                  ce->unavailable().empty() ? "(a peer)" : ce->unavailable().c_str());
+  if (!ws_->wide_refusal().empty() && rank_ == 0 && env::get_bool("TORCH_PURLIN_LOG"))  // NOTE [wide lines]
+    std::fprintf(stderr, "[purlin] rank 0: narrow flagged lines only (TORCH_PURLIN_CUDA_LINE_FORMAT=auto): %s\n",
+                 ws_->wide_refusal().c_str());
   if (debug_)
     std::fprintf(stderr, "[purlin] rank %d: CUDA workspace %lld bytes, up to %d blocks x %d threads (%s)\n", rank_,
                  static_cast<long long>(ws_->workspace_bytes()), ws_->launch_config().max_blocks, ws_->threads(),
@@ -252,10 +255,6 @@ bool CudaGroup::two_shot(const Request& rq, const std::vector<PeerMeta>& all) co
 
 namespace {
 
-// A region plan (NOTE [line plans], [parity plans]): the one-shot push plan of
-// `spec` laid out in `region_elems` elements, if it needs one round only; then
-// *opt takes its options. False when it needs more rounds or the region
-// cannot hold even one aligned piece (the caller falls back to the workspace).
 // NOTE [wide lines]: whether a line plan of `spec` (`bytes` per rank, dense
 // destinations) runs on wide lines. Auto picks them where they measured
 // faster on 2x H200 (benchmarks/results/cuda_h200x2_20261130f_probes.md):
@@ -272,6 +271,10 @@ bool wide_line_plan(cu::LineFormat format, const snac::Spec& spec, int64_t bytes
   return bytes > kAutoWideAbove && (spec.kind == snac::OpKind::Reduce || spec.chunks.size() == 1);
 }
 
+// A region plan (NOTE [line plans], [parity plans]): the one-shot push plan of
+// `spec` laid out in `region_elems` elements, if it needs one round only; then
+// *opt takes its options. False when it needs more rounds or the region
+// cannot hold even one aligned piece (the caller falls back to the workspace).
 bool one_round_push_plan(const snac::Spec& spec, int rank, int64_t region_elems, snac::PlanOptions* opt,
                          snac::Plan* plan) {
   snac::PlanOptions o = *opt;
@@ -330,12 +333,15 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   snac::Plan plan;
   const int64_t lbytes = snac::max_rank_elems(spec) * esize;  // rank-invariant
   if (region && contiguous && esize <= 8 && lbytes <= ws_->line_max_bytes()) {
-    c->wide = dense_dests && wide_line_plan(ws_->line_format(), spec, lbytes);
-    snac::PlanOptions line_opt = opt;
-    if (c->wide) line_opt.align_elems = cu::kWideAlignBytes / esize;
-    c->lines = one_round_push_plan(spec, rank_, ws_->line_slot_elems(esize, c->wide), &line_opt, &plan);
-    if (c->lines) opt = line_opt;
-    c->wide &= c->lines;
+    // Wide lines where wanted and the plan fits their region, else narrow
+    // lines: both steps depend on the Spec and the agreed regions only.
+    if (dense_dests && wide_line_plan(ws_->line_format(), spec, lbytes)) {
+      snac::PlanOptions wide_opt = opt;
+      wide_opt.align_elems = cu::kWideAlignBytes / esize;
+      c->wide = one_round_push_plan(spec, rank_, ws_->line_slot_elems(esize, true), &wide_opt, &plan);
+      if (c->wide) opt = wide_opt;
+    }
+    c->lines = c->wide || one_round_push_plan(spec, rank_, ws_->line_slot_elems(esize, false), &opt, &plan);
   }
   // NOTE [parity plans]: else a one-round push plan in one half of the parity
   // region, also rank-invariant (the Spec, the agreed region).

@@ -31,7 +31,8 @@ const std::vector<Var>& registry() {
        "8-byte units only). wide: 128-byte lines of 120 payload bytes wherever a plan allows (NOTE [wide lines] in "
        "csrc/atom/cuda/wide_line.cuh; relies on a warp's 128-byte store reaching a peer as a unit, as NCCL's "
        "LL128 does). auto: wide lines where they measured faster on 2x H200 (reductions and broadcasts above "
-       "256K per rank), narrow ones elsewhere. Strided destinations always take narrow lines. The group uses "
+       "256K per rank) if the GPUs are of one architecture among sm_80, sm_90 and sm_100 and NVML reports NVLink "
+       "between every pair (else narrow lines only, logged once), narrow ones elsewhere. Strided destinations always take narrow lines. The group uses "
        "narrow unless every rank asks for the same format (wide and auto add a wide-line region, "
        "2 x world x TORCH_PURLIN_CUDA_LINE_BYTES x 128/120)."},
       {"TORCH_PURLIN_CUDA_PARITY_BYTES", "16M",

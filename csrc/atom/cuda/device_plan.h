@@ -68,10 +68,10 @@ PURLIN_HD int64_t part_size(int64_t n, int blocks, int64_t esize) {
 }
 
 // NOTE [wide lines] (wide_line.cuh): payload bytes of one 128-byte line, and
-// the planner's alignment of wide-line pieces (8 lines; a multiple of every
-// element size, so each piece starts on a line).
+// the planner's alignment of wide-line pieces: one line (120 bytes is a
+// multiple of every element size, so each piece starts on a line).
 constexpr int64_t kWidePayload = 120;
-constexpr int64_t kWideAlignBytes = 8 * kWidePayload;
+constexpr int64_t kWideAlignBytes = kWidePayload;
 
 // Elements per block of an n-element op of a wide-line plan: whole lines.
 PURLIN_HD int64_t wide_part_size(int64_t n, int blocks, int64_t esize) {

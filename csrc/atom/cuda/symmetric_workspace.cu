@@ -21,6 +21,7 @@
 #include "atom/cuda/cuda_check.h"
 #include "atom/cuda/device_plan.h"
 #include "atom/cuda/ipc_peers.h"
+#include "atom/cuda/nvlink_probe.h"
 #include "common/hex.h"
 
 namespace purlin::atom::cuda {
@@ -150,6 +151,19 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   // lines]). Narrow lines serve any line plan (strided destinations too).
   ws->line_max_bytes_ = line_max;
   ws->line_format_ = same_format ? static_cast<LineFormat>(probes[0].format) : LineFormat::Narrow;
+  if (ws->line_format_ == LineFormat::Auto && line_max > 0) {
+    // NOTE [wide lines]: auto takes them only where their assumption is known
+    // to hold, as NCCL does for LL128: one architecture among sm_80, sm_90,
+    // sm_100, and NVLink between every pair (wide forces them anyway).
+    const int major = probes[0].major;
+    std::vector<std::string> buses;
+    for (const Probe& p : probes) buses.push_back(p.bus);
+    if (!same_arch || !(major == 8 || major == 9 || major == 10))
+      ws->wide_refusal_ = "the GPUs are not all of one architecture among sm_80, sm_90 and sm_100";
+    else if (!nvlink_between_all(buses, &ws->wide_refusal_))
+      ws->wide_refusal_ = "NVLink between the GPUs is not known: " + ws->wide_refusal_;
+    if (!ws->wide_refusal_.empty()) ws->line_format_ = LineFormat::Narrow;
+  }
   if (line_max > 0) {
     ws->layout_.line_half = region_half_bytes(opt.world, line_max, kPartBytes, 2, 1);
     ws->layout_.line_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_;

@@ -64,6 +64,8 @@ class SymmetricWorkspace {
   int64_t line_max_bytes() const { return line_max_bytes_; }
   // The group's line format (NOTE [wide lines]).
   LineFormat line_format() const { return line_format_; }
+  // Why auto became narrow ("" if it did not): no NVLink known, other GPUs.
+  const std::string& wide_refusal() const { return wide_refusal_; }
   // Payload elements of `esize` bytes one parity of the (wide-)line region holds.
   int64_t line_slot_elems(int64_t esize, bool wide) const;
   // Per-rank bytes up to which collectives may run as parity plans (the
@@ -85,6 +87,7 @@ class SymmetricWorkspace {
   int64_t workspace_bytes_ = 0;
   int64_t line_max_bytes_ = 0;
   LineFormat line_format_ = LineFormat::Narrow;
+  std::string wide_refusal_;
   int64_t parity_max_bytes_ = 0;
   void* self_ = nullptr;
   std::vector<void*> peers_;  // opened IPC mappings (nullptr for self)

@@ -16,11 +16,14 @@
 //   protocol relies on the same property of NVLink-connected GPUs. Narrow
 //   lines (flagged_line.cuh) rely only on 8-byte units and cost twice the
 //   payload in NVLink bytes; wide lines cost 128/120.
-//   TORCH_PURLIN_CUDA_LINE_FORMAT=narrow turns wide lines off for a group
-//   (it is agreed at setup: one rank asking narrow makes the group narrow).
+//   The format is agreed at setup (TORCH_PURLIN_CUDA_LINE_FORMAT; ranks that
+//   disagree make the group narrow), and `auto` takes wide lines only where
+//   the assumption is known to hold, as NCCL does for LL128: one
+//   architecture among sm_80 / sm_90 / sm_100 and NVLink between every pair
+//   of GPUs (nvlink_probe.h); `wide` forces them.
 //   Layout rules, so that one line never mixes two writers' data: every
 //   wide-line piece starts on a line (the planner aligns pieces to
-//   kWideAlignBytes of payload), every op touching the region covers whole
+//   kWideAlignBytes = one line of payload), every op touching the region covers whole
 //   pieces (sources and destinations contiguous, checked on the Spec), and
 //   a block's share of an op is whole lines (wide_part_size()).
 #pragma once
