@@ -60,3 +60,18 @@ def test_launch_config_tables(tmp_path):
     assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "0 failed" in r.stdout, r.stdout + r.stderr
+
+
+def test_nvlink_probe_refuses_unknown_gpus(tmp_path):
+    """NOTE [wide lines]: auto takes wide lines only where NVML confirms NVLink; GPUs it cannot find
+    (or a machine without NVML, like CI) get a refusal with a reason."""
+    if not shutil.which("g++"):
+        pytest.skip("g++ is required")
+    exe = tmp_path / "test_nvlink_probe"
+    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), "-x", "c++",
+           str(ROOT / "csrc/atom/cuda/nvlink_probe.cu"), "-x", "none", str(ROOT / "test/cpp/test_nvlink_probe.cc"),
+           "-ldl", "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "0 failed" in r.stdout and "refused: " in r.stdout, r.stdout + r.stderr
