@@ -268,7 +268,7 @@ int64_t line_half_bytes(int world) {
 // NOTE [wide lines]: the wide-line region's parity, 128 bytes per 120 of payload.
 int64_t wide_half_bytes(int world) {
   const int64_t payload = world * kLineMaxBytes + int64_t{world} * world * cu::kWideAlignBytes;
-  return ((payload + cu::kWidePayload - 1) / cu::kWidePayload * 128 + 4095) / 4096 * 4096;
+  return ((payload + cu::kWidePayload - 1) / cu::kWidePayload * cu::kWideLineBytes + 4095) / 4096 * 4096;
 }
 
 // NOTE [parity plans] sizes (symmetric_workspace.cu), in int32 elements.
@@ -313,9 +313,9 @@ struct Group {
   std::vector<std::unique_ptr<RankState>> ranks;
   Group(int w, int64_t slot)
       : world(w), slot_elems(slot), line_slot_elems(line_half_bytes(w) / 2 / kEsize),
-        wide_slot_elems(wide_half_bytes(w) / 128 * cu::kWidePayload / kEsize), parity_slot_elems(parity_half_elems(w)) {
+        wide_slot_elems(wide_half_bytes(w) / cu::kWideLineBytes * cu::kWidePayload / kEsize), parity_slot_elems(parity_half_elems(w)) {
     for (int r = 0; r < w; ++r)
-      ranks.push_back(std::make_unique<RankState>(w, 2 * slot, line_half_bytes(w) / 16, wide_half_bytes(w) / 128,
+      ranks.push_back(std::make_unique<RankState>(w, 2 * slot, line_half_bytes(w) / 16, wide_half_bytes(w) / cu::kWideLineBytes,
                                                   parity_half_elems(w)));
   }
   static size_t slot(int world, int kind, int from, int block) {
@@ -465,11 +465,11 @@ void plan_data_op(BlockCtx& x, const cu::DevOp& op, std::mt19937& rng, bool slow
   }
 }
 
+// The parity of the line regions this launch uses (NOTE [line plans]).
+int line_parity(const BlockCtx& x) { return g_mutation == Mutation::OneParity ? 0 : static_cast<int>(x.lseq & 1); }
+
 // The line region parity of this launch, at rank `rank`.
-std::vector<Line>& line_region(const BlockCtx& x, int rank) {
-  const int parity = g_mutation == Mutation::OneParity ? 0 : static_cast<int>(x.lseq & 1);
-  return x.g.ranks[rank]->lines[parity];
-}
+std::vector<Line>& line_region(const BlockCtx& x, int rank) { return x.g.ranks[rank]->lines[line_parity(x)]; }
 
 Line& line_at(const BlockCtx& x, int rank, int64_t index) {
   std::vector<Line>& region = line_region(x, rank);
@@ -517,30 +517,10 @@ void store_unit(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, const
   }
 }
 
-// line_kernel's line_op: Copy / Reduce in units of one line's elements.
-void line_data_op(BlockCtx& x, const cu::DevOp& op, std::mt19937& rng, bool slow, const char* phase) {
-  int64_t lo, hi;
-  share(op, x, &lo, &hi);
-  const int64_t mid = lo + (hi - lo) / 2 / kLineElems * kLineElems;
-  for (int64_t e0 = lo; e0 < hi; e0 += kLineElems) {
-    if (e0 == mid) pause(rng, slow);
-    const int64_t k = std::min(kLineElems, hi - e0);
-    int32_t acc[kLineElems], v[kLineElems];
-    load_unit(x, x.c.plan.srcs[op.src_begin], e0, k, acc, phase);
-    for (int s = 1; s < op.src_count; ++s) {
-      load_unit(x, x.c.plan.srcs[op.src_begin + s], e0, k, v, phase);
-      for (int64_t j = 0; j < k; ++j)
-        acc[j] = static_cast<int32_t>(static_cast<uint32_t>(acc[j]) + static_cast<uint32_t>(v[j]));
-    }
-    store_unit(x, op.dst, e0, k, acc, phase);
-  }
-}
-
 // ---- wide lines (NOTE [wide lines], wide_line_op.cuh) ---------------------------
 Line& wide_at(const BlockCtx& x, int rank, const cu::DevRef& ref, int64_t e0) {
   if (ref.offset * kEsize % cu::kWidePayload != 0) ++g_off_line;  // the piece must start on a line
-  const int parity = g_mutation == Mutation::OneParity ? 0 : static_cast<int>(x.lseq & 1);
-  std::vector<Line>& region = x.g.ranks[rank]->wide[parity];
+  std::vector<Line>& region = x.g.ranks[rank]->wide[line_parity(x)];
   const int64_t index = (ref.offset * kEsize + e0 * kEsize) / cu::kWidePayload;
   if (index < 0 || index >= static_cast<int64_t>(region.size())) {
     std::fprintf(stderr, "wide line %lld outside the region (%zu lines)\n", (long long)index, region.size());
@@ -568,22 +548,37 @@ void wide_store(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, const
   store_unit(x, ref, e0, k, v, phase);
 }
 
-// wide_op: Copy / Reduce line by line over the block's whole lines (wide_part_size).
-void wide_data_op(BlockCtx& x, const cu::DevOp& op, std::mt19937& rng, bool slow, const char* phase) {
-  const int64_t per = cu::wide_part_size(op.n, x.c.blocks, kEsize);
-  const int64_t lo = x.b * per, hi = std::min(op.n, lo + per);
-  const int64_t mid = lo + (hi - lo) / 2 / kWideElems * kWideElems;
-  for (int64_t e0 = lo; e0 < hi; e0 += kWideElems) {
+// line_kernel's per-op work: Copy / Reduce in units of one line's elements,
+// narrow (line_op: the block's part_size share, kLineElems per unit) or wide
+// (wide_op: the block's whole lines, wide_part_size; kWideElems per unit).
+void unit_data_op(BlockCtx& x, const cu::DevOp& op, std::mt19937& rng, bool slow, const char* phase) {
+  const bool wide = x.c.wide;
+  const int64_t unit = wide ? kWideElems : kLineElems;
+  int64_t lo, hi;
+  if (wide) {
+    const int64_t per = cu::wide_part_size(op.n, x.c.blocks, kEsize);
+    lo = x.b * per;
+    hi = std::min(op.n, lo + per);
+  } else {
+    share(op, x, &lo, &hi);
+  }
+  auto load = [&](const cu::DevRef& ref, int64_t e0, int64_t k, int32_t* v) {
+    if (wide) wide_load(x, ref, e0, k, v, phase);
+    else load_unit(x, ref, e0, k, v, phase);
+  };
+  const int64_t mid = lo + (hi - lo) / 2 / unit * unit;
+  for (int64_t e0 = lo; e0 < hi; e0 += unit) {
     if (e0 == mid) pause(rng, slow);
-    const int64_t k = std::min(kWideElems, hi - e0);
+    const int64_t k = std::min(unit, hi - e0);
     int32_t acc[kWideElems], v[kWideElems];
-    wide_load(x, x.c.plan.srcs[op.src_begin], e0, k, acc, phase);
+    load(x.c.plan.srcs[op.src_begin], e0, k, acc);
     for (int s = 1; s < op.src_count; ++s) {
-      wide_load(x, x.c.plan.srcs[op.src_begin + s], e0, k, v, phase);
+      load(x.c.plan.srcs[op.src_begin + s], e0, k, v);
       for (int64_t j = 0; j < k; ++j)
         acc[j] = static_cast<int32_t>(static_cast<uint32_t>(acc[j]) + static_cast<uint32_t>(v[j]));
     }
-    wide_store(x, op.dst, e0, k, acc, phase);
+    if (wide) wide_store(x, op.dst, e0, k, acc, phase);
+    else store_unit(x, op.dst, e0, k, acc, phase);
   }
 }
 
@@ -671,8 +666,7 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
         break;
       case cu::kCopy:
       case cu::kReduce:
-        if (c.wide) wide_data_op(x, op, rng, slow, phase);
-        else if (c.lines) line_data_op(x, op, rng, slow, phase);
+        if (c.lines) unit_data_op(x, op, rng, slow, phase);
         else plan_data_op(x, op, rng, slow, phase);
         break;
     }
@@ -767,22 +761,28 @@ bool one_round_push_plan(const snac::Spec& spec, int r, snac::PlanOptions opt, i
 }
 
 // plan_for's line branch: contiguous sources, one parity of the line region.
-bool line_plan(const Group& g, const snac::Spec& spec, int r, const snac::PlanOptions& opt, snac::Plan* plan) {
-  for (const auto& ch : spec.chunks)
+// A region without gaps (cuda_group.cc's `dense`).
+bool dense(const snac::Region& r) { return r.rows <= 1 || r.stride == r.row_len; }
+
+// Whether every source (and, with `dests`, every destination) region of spec is dense.
+bool dense_regions(const snac::Spec& spec, bool dests) {
+  for (const auto& ch : spec.chunks) {
     for (const auto& src : ch.sources)
-      if (src.region.rows > 1 && src.region.stride != src.region.row_len) return false;
-  return one_round_push_plan(spec, r, opt, g.line_slot_elems, plan);
+      if (!dense(src.region)) return false;
+    for (const auto& d : ch.dests)
+      if (dests && !dense(d.region)) return false;
+  }
+  return true;
+}
+
+bool line_plan(const Group& g, const snac::Spec& spec, int r, const snac::PlanOptions& opt, snac::Plan* plan) {
+  return dense_regions(spec, false) && one_round_push_plan(spec, r, opt, g.line_slot_elems, plan);
 }
 
 // plan_for's wide branch (NOTE [wide lines]): contiguous sources and
 // destinations, pieces aligned to whole lines, one parity of the wide region.
 bool wide_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
-  for (const auto& ch : spec.chunks) {
-    for (const auto& src : ch.sources)
-      if (src.region.rows > 1 && src.region.stride != src.region.row_len) return false;
-    for (const auto& d : ch.dests)
-      if (d.region.rows > 1 && d.region.stride != d.region.row_len) return false;
-  }
+  if (!dense_regions(spec, true)) return false;
   opt.align_elems = (g_mutation == Mutation::WideUnaligned ? cu::kPartBytes : cu::kWideAlignBytes) / kEsize;
   return one_round_push_plan(spec, r, opt, g.wide_slot_elems, plan);
 }

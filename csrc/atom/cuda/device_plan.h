@@ -67,9 +67,10 @@ PURLIN_HD int64_t part_size(int64_t n, int blocks, int64_t esize) {
   return (per + align - 1) / align * align;
 }
 
-// NOTE [wide lines] (wide_line.cuh): payload bytes of one 128-byte line, and
-// the planner's alignment of wide-line pieces: one line (120 bytes is a
-// multiple of every element size, so each piece starts on a line).
+// NOTE [wide lines] (wide_line.cuh): bytes of one wide line in memory, its
+// payload bytes, and the planner's alignment of wide-line pieces: one line
+// (120 bytes is a multiple of every element size, so each piece starts on a line).
+constexpr int64_t kWideLineBytes = 128;
 constexpr int64_t kWidePayload = 120;
 constexpr int64_t kWideAlignBytes = kWidePayload;
 

@@ -168,7 +168,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
     ws->layout_.line_half = region_half_bytes(opt.world, line_max, kPartBytes, 2, 1);
     ws->layout_.line_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_;
     if (ws->line_format_ != LineFormat::Narrow) {
-      ws->layout_.wide_half = region_half_bytes(opt.world, line_max, kWideAlignBytes, 128, kWidePayload);
+      ws->layout_.wide_half = region_half_bytes(opt.world, line_max, kWideAlignBytes, kWideLineBytes, kWidePayload);
       ws->layout_.wide_offset = ws->layout_.line_offset + 2 * ws->layout_.line_half;
     }
   }
@@ -243,7 +243,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
 }
 
 int64_t SymmetricWorkspace::line_slot_elems(int64_t esize, bool wide) const {
-  const int64_t payload = wide ? layout_.wide_half / 128 * kWidePayload : layout_.line_half / 2;
+  const int64_t payload = wide ? layout_.wide_half / kWideLineBytes * kWidePayload : layout_.line_half / 2;
   return payload / esize;
 }
 

@@ -35,7 +35,6 @@
 
 namespace purlin::atom::cuda {
 
-constexpr int64_t kWideLineBytes = 128;  // one line in memory; kWidePayload (device_plan.h) of it payload
 constexpr int kWideGroup = 8;            // lanes per line, 16 bytes each
 static_assert(kWidePayload + 8 == kWideLineBytes, "a wide line is 15 payload words and a flag word");
 
