@@ -37,7 +37,7 @@ SIZES = (1, 3, 7, 127, 1000, 4099, 65537, 1_000_003)
 FAMILIES = (
     "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
-    "mixed_backend", "counters", "fallback", "protocol_table", "zero_copy", "push", "lines", "parity", "block_counts", "call_tag", "timeout",
+    "mixed_backend", "counters", "fallback", "protocol_table", "zero_copy", "push", "lines", "parity", "overlapped_launch", "block_counts", "call_tag", "timeout",
 )
 
 
@@ -829,12 +829,15 @@ def _worker(rank, world, init_file, log_path):
         assert torch.all(x == 2 * W)
         assert "lines" not in torch_purlin.last_launch(pg)["protocol"], torch_purlin.last_launch(pg)
         # TORCH_PURLIN_CUDA_LINE_FORMAT: auto (pg) takes wide lines above 256K per rank for reductions and
-        # single-chunk copies, narrow ones for the rest; wide and narrow take theirs (NOTE [wide lines]).
-        # float32: 800 KB per rank (an all_gather's limit counts its output: W x 800/W KB)
-        for group, op, want in ((pg, "all_reduce", "one-shot+wide-lines"), (pg, "broadcast", "copy+wide-lines"),
-                                (pg, "all_gather", "copy+lines"), (wide, "all_gather", "copy+wide-lines"),
-                                (wide, "all_reduce", "one-shot+wide-lines"), (narrow, "all_reduce", "one-shot+lines")):
-            n = 200_000 // W if op == "all_gather" else 200_000
+        # single-chunk copies, above 512K for all_gather / all_to_all, narrow ones for the rest; wide and
+        # narrow take theirs (NOTE [wide lines]). float32: 800 KB or 400 KB per rank (an all_gather's limit
+        # counts its output: W x 800/W KB).
+        for group, op, kb, want in ((pg, "all_reduce", 800, "one-shot+wide-lines"),
+                                    (pg, "broadcast", 800, "copy+wide-lines"), (pg, "all_gather", 400, "copy+lines"),
+                                    (pg, "all_gather", 800, "copy+wide-lines"), (wide, "all_gather", 400, "copy+wide-lines"),
+                                    (wide, "all_reduce", 800, "one-shot+wide-lines"),
+                                    (narrow, "all_reduce", 800, "one-shot+lines"), (narrow, "all_gather", 800, "copy+lines")):
+            n = kb * 250 // W if op == "all_gather" else kb * 250
             xs = inputs(n, torch.float32, "sum")
             t = xs[rank].to(dev)
             if op == "all_reduce":
@@ -1095,6 +1098,77 @@ def _worker(rank, world, init_file, log_path):
             assert_equal(b, bs[W - 1], f"graph replay {rep} broadcast")
 
     R.check("parity plans in a CUDA graph", parity_graph)
+
+    # -- overlapped launches: programmatic dependent launch (NOTE [overlapped launch]) ------------------------
+    R.family = "overlapped_launch"
+    plain = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_PDL="0")
+
+    def overlap_flags():
+        t = torch.ones(1000, device=dev)
+        dist.all_reduce(t, group=pg)
+        want = torch.cuda.get_device_capability(dev)[0] >= 9  # TORCH_PURLIN_CUDA_PDL=1 by default
+        assert torch_purlin.last_launch(pg)["overlapped"] == want, torch_purlin.last_launch(pg)
+        dist.all_reduce(t, group=plain)
+        assert torch.all(t == W * W)
+        assert not torch_purlin.last_launch(plain)["overlapped"], torch_purlin.last_launch(plain)
+
+    R.check("TORCH_PURLIN_CUDA_PDL picks the launch", overlap_flags)
+
+    def overlap_chain(graph):
+        # Each collective's input is written by a torch kernel, right before it on the same stream, from
+        # fresh per-rank data and a scalar of the previous collective's output; groups with (pg) and without
+        # (plain) overlapped launches alternate. A collective that touched memory before its producer ended
+        # would read stale bytes. Line (4 KB), parity (2 MB) and workspace (24 MB) plans; int32: exact.
+        sizes, steps = (1000, 500_000, 6_000_000), 12
+        bufs = [torch.empty(sizes[i % 3], dtype=torch.int32, device=dev) for i in range(steps)]
+        outs = [None] * steps
+
+        def chain():
+            c = torch.zeros((), dtype=torch.int64, device=dev)
+            for i in range(steps):
+                t = bufs[i] + c.to(torch.int32)
+                dist.all_reduce(t, group=pg if i % 2 == 0 else plain)
+                outs[i] = t
+                c = t.sum() & 1023
+
+        def fill_and_expect():
+            xs = [inputs(sizes[i % 3], torch.int32, "sum") for i in range(steps)]
+            for i in range(steps):
+                bufs[i].copy_(xs[i][rank])
+            wants, c = [], 0
+            for i in range(steps):
+                want = sum(x.long() for x in xs[i]) + W * c
+                wants.append(want.int())
+                c = int(want.sum()) & 1023
+            return wants
+
+        if not graph:
+            for rep in range(3):
+                wants = fill_and_expect()
+                chain()
+                for i in range(steps):
+                    assert_equal(outs[i], wants[i], f"eager rep {rep} collective {i}")
+            return
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fill_and_expect()
+            chain()  # warm the plans outside capture
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s):
+                chain()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        for rep in range(3):
+            wants = fill_and_expect()
+            g.replay()
+            torch.cuda.synchronize()
+            for i in range(steps):
+                assert_equal(outs[i], wants[i], f"graph replay {rep} collective {i}")
+
+    R.check("producer kernels, groups with and without overlap, eager", overlap_chain, False)
+    R.check("producer kernels, groups with and without overlap, CUDA graph", overlap_chain, True)
+    R.check("120 mixed collectives, no host sync, plain launches", line_sequence, plain, 120)
 
     # -- block counts: the launch's block count follows the size (launch_config.h) --------------------------
     R.family = "block_counts"

@@ -37,7 +37,7 @@ if ! has suite && ! ls torch_purlin/_C*.so >/dev/null 2>&1; then
   say "build exit $?: $(grep -E "^build:|BUILD FAILED" "$LOGS/suite.txt")"
 fi
 if has suite; then
-  OUT="$LOGS" PURLIN_GPU_DEADLINE_S="${SUITE_S:-330}" bash test/gpu/run_gpu_suite.sh \
+  OUT="$LOGS" PURLIN_GPU_DEADLINE_S="${SUITE_S:-400}" bash test/gpu/run_gpu_suite.sh \
     ${SUITE_FILES:-test/test_gpu_collectives.py test/test_gpu_copy_engine.py test/test_gpu_training.py} \
     >"$LOGS/suite.txt" 2>&1
   say "suite exit $?"

@@ -36,5 +36,6 @@ def empty(*size, dtype=None, device=None, group=None):
 
 
 def last_launch(group=None):
-    """What the group's last CUDA collective ran: {'protocol', 'blocks' (SMs used), 'threads'}."""
+    """What the group's last CUDA collective ran: {'protocol', 'blocks' (SMs used), 'threads', 'overlapped'
+    (launched with programmatic dependent launch, NOTE [overlapped launch])}."""
     return dict(get_purlin_backend(group, "cuda").last_launch())

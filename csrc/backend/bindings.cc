@@ -169,9 +169,10 @@ PYBIND11_MODULE(_C, m) {
           py::arg("sizes"), py::arg("dtype"), py::arg("device"))
       .def("last_launch",
            [](const backend::PurlinBackend& self) {
-             auto [protocol, blocks, threads] = self.last_launch();
+             auto [protocol, blocks, threads, overlapped] = self.last_launch();
              py::object sms = blocks < 0 ? py::none() : py::object(py::int_(blocks));  // -1: NCCL (not known)
-             return py::dict(py::arg("protocol") = protocol, py::arg("blocks") = sms, py::arg("threads") = threads);
+             return py::dict(py::arg("protocol") = protocol, py::arg("blocks") = sms, py::arg("threads") = threads,
+                             py::arg("overlapped") = overlapped);
            })
       .def(
           "run_spec",

@@ -44,6 +44,7 @@ struct LastLaunch {
   std::string protocol;  // "one-shot", "two-shot", "copy", "+zero-copy", "copy-engine", "nccl"
   int blocks = 0;        // SMs the kernel occupied (0: copy engine; -1: not known, NCCL)
   int threads = 0;
+  bool overlapped = false;  // launched with programmatic dependent launch (NOTE [overlapped launch])
 };
 
 // One per PurlinBackend; creates the group's CudaGroup (cuda_group.h) on first use.

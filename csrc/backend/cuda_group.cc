@@ -86,6 +86,10 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   if (push_mode_ != "copies" && push_mode_ != "all" && push_mode_ != "none")
     throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: expected copies, all or none, got '" + push_mode_ + "'");
   debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
+  int major = 0;  // NOTE [overlapped launch]: programmatic dependent launch needs sm_90+
+  overlap_ = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess && major >= 9 &&
+             env::get_bool("TORCH_PURLIN_CUDA_PDL");
+  cudaGetLastError();
   cu::SymmetricWorkspace::Options opt;
   opt.rank = rank_;
   opt.world = world_;
@@ -257,18 +261,22 @@ namespace {
 
 // NOTE [wide lines]: whether a line plan of `spec` (`bytes` per rank, dense
 // destinations) runs on wide lines. Auto picks them where they measured
-// faster on 2x H200 (benchmarks/results/cuda_h200x2_20261130f_probes.md):
-// above 256K per rank, for reductions and single-chunk copies (broadcast;
-// all_reduce 512K 10.3 -> 8.6 us); all_gather / all_to_all and everything
-// smaller ran 0.2-1.3 us slower on them. Rank-invariant: the Spec only.
+// faster on 2x H200 (benchmarks/results/cuda_h200x2_20261130f_probes.md,
+// cuda_h200x2_20261130g_probes.md): above 256K per rank for reductions and
+// single-chunk copies (broadcast; all_reduce 512K 10.3 -> 8.6 us), above 512K
+// for copies of several chunks (all_gather / all_to_all 1M 0.7-0.9 us
+// faster; 256K-512K 0.9-1.2 us slower); everything smaller ran 0.2-1.3 us
+// slower on them. Rank-invariant: the Spec only.
 bool wide_line_plan(cu::LineFormat format, const snac::Spec& spec, int64_t bytes) {
-  constexpr int64_t kAutoWideAbove = 256 << 10;
+  constexpr int64_t kAutoWideAbove = 256 << 10;        // reductions, single-chunk copies
+  constexpr int64_t kAutoWideCopiesAbove = 512 << 10;  // copies of several chunks
   switch (format) {
     case cu::LineFormat::Narrow: return false;
     case cu::LineFormat::Wide: return true;
     case cu::LineFormat::Auto: break;
   }
-  return bytes > kAutoWideAbove && (spec.kind == snac::OpKind::Reduce || spec.chunks.size() == 1);
+  if (spec.kind == snac::OpKind::Reduce || spec.chunks.size() == 1) return bytes > kAutoWideAbove;
+  return bytes > kAutoWideCopiesAbove;
 }
 
 // A region plan (NOTE [line plans], [parity plans]): the one-shot push plan of
@@ -479,7 +487,8 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.parity = c.parity;
   l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0);
   l.input_pool_offset = pool_offset;
-  last_ = LastLaunch{c.protocol, c.blocks, l.threads};
+  l.overlap = overlap_;
+  last_ = LastLaunch{c.protocol, c.blocks, l.threads, overlap_};
   const cudaError_t e = cu::launch_plan(l, stream);
   if (e != cudaSuccess) throw std::runtime_error(error_prefix(rq.name, rank_) + cu::cuda_error_text(e, "launching the plan kernel"));
 }

@@ -102,6 +102,7 @@ class CudaGroup {
   int64_t two_shot_bytes_ = 0;
   std::string push_mode_;
   bool debug_ = false;
+  bool overlap_ = false;  // NOTE [overlapped launch]: TORCH_PURLIN_CUDA_PDL on an sm_90+ GPU
   std::unique_ptr<atom::CpuAtom> a2a_atom_;  // all_to_all split exchange (shm_group.h), on first use
   uint64_t a2a_seq_ = 0;
   cudaStream_t last_stream_ = nullptr;

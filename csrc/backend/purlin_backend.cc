@@ -55,9 +55,9 @@ at::Tensor PurlinBackend::empty_symmetric(at::IntArrayRef sizes, const at::Tenso
   return cuda().empty(sizes, options);
 }
 
-std::tuple<std::string, int, int> PurlinBackend::last_launch() const {
+std::tuple<std::string, int, int, bool> PurlinBackend::last_launch() const {
   const LastLaunch l = cuda().last_launch();
-  return {l.protocol, l.blocks, l.threads};
+  return {l.protocol, l.blocks, l.threads, l.overlapped};
 }
 
 CudaPath& PurlinBackend::cuda() const {

@@ -93,7 +93,7 @@ class PurlinBackend : public c10d::Backend {
   at::Tensor allocateTensor(long size, at::TensorOptions options = {});
   at::Tensor empty_symmetric(at::IntArrayRef sizes, const at::TensorOptions& options);
   // (protocol, blocks, threads) of the group's last CUDA launch.
-  std::tuple<std::string, int, int> last_launch() const;
+  std::tuple<std::string, int, int, bool> last_launch() const;
 
  private:
   // Why `op` on `tensors` cannot run natively ("" if it can). `table_bytes`:

@@ -31,7 +31,7 @@ const std::vector<Var>& registry() {
        "8-byte units only). wide: 128-byte lines of 120 payload bytes wherever a plan allows (NOTE [wide lines] in "
        "csrc/atom/cuda/wide_line.cuh; relies on a warp's 128-byte store reaching a peer as a unit, as NCCL's "
        "LL128 does). auto: wide lines where they measured faster on 2x H200 (reductions and broadcasts above "
-       "256K per rank) if the GPUs are of one architecture among sm_80, sm_90 and sm_100 and NVML reports NVLink "
+       "256K per rank, all_gather and all_to_all above 512K) if the GPUs are of one architecture among sm_80, sm_90 and sm_100 and NVML reports NVLink "
        "between every pair (else narrow lines only, logged once), narrow ones elsewhere. Strided destinations always take narrow lines. The group uses "
        "narrow unless every rank asks for the same format (wide and auto add a wide-line region, "
        "2 x world x TORCH_PURLIN_CUDA_LINE_BYTES x 128/120)."},
@@ -41,6 +41,11 @@ const std::vector<Var>& registry() {
        "halves of a region, so a collective does not wait for the previous one to end (on 2x H200 1.1-1.3x "
        "faster at 2M-16M than workspace plans). 0 disables them; the group uses the smallest value any rank asks "
        "for (and sizes its parity region, 2 x world x this, by it)."},
+      {"TORCH_PURLIN_CUDA_PDL", "1",
+       "1: on sm_90 and newer GPUs, CUDA collectives are launched with programmatic dependent launch (NOTE "
+       "[overlapped launch] in csrc/atom/cuda/launch_typed.cuh): a collective's blocks are scheduled while the "
+       "previous kernel of the stream ends and wait for it before touching memory, which hides the launch gap "
+       "between back-to-back collectives. 0: plain launches. A rank's own choice (ranks may differ)."},
       {"TORCH_PURLIN_CUDA_CE_BYTES", "0",
        "Pure-copy collectives (all_gather, broadcast, all_to_all, gather, scatter) whose Spec moves at least this "
        "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "

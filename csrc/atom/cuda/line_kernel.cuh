@@ -164,6 +164,8 @@ __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ Kern
   const int tid = threadIdx.x, G = static_cast<int>(gridDim.x);
   const PadLayout& L = p.layout;
   const uint64_t* broken = p.pad + L.broken();
+  ptx::griddep_wait();  // NOTE [overlapped launch]: before any global memory access
+  ptx::griddep_launch_dependents();
   // One memory latency before the first store, not three: thread 0 reads the
   // launch state while thread q (< world) reads what it needs itself, the
   // line parity and peer q's region, and polls peer q's Done word for the

@@ -42,29 +42,29 @@ bool can_reduce(DType t) {
 
 namespace {
 
-cudaError_t launch_reducing(DType t, const KernelParams& k, int blocks, int threads, cudaStream_t s) {
+cudaError_t launch_reducing(DType t, const KernelParams& k, int blocks, int threads, cudaStream_t s, bool overlap) {
   switch (t) {
-    case DType::Float32: return launch_typed<float>(k, blocks, threads, s);
-    case DType::Float64: return launch_typed<double>(k, blocks, threads, s);
-    case DType::Float16: return launch_typed<__half>(k, blocks, threads, s);
-    case DType::BFloat16: return launch_typed<__nv_bfloat16>(k, blocks, threads, s);
-    case DType::Int8: return launch_typed<int8_t>(k, blocks, threads, s);
-    case DType::Int16: return launch_typed<int16_t>(k, blocks, threads, s);
-    case DType::Int32: return launch_typed<int32_t>(k, blocks, threads, s);
-    case DType::Int64: return launch_typed<int64_t>(k, blocks, threads, s);
-    case DType::UInt8: return launch_typed<uint8_t>(k, blocks, threads, s);
+    case DType::Float32: return launch_typed<float>(k, blocks, threads, s, overlap);
+    case DType::Float64: return launch_typed<double>(k, blocks, threads, s, overlap);
+    case DType::Float16: return launch_typed<__half>(k, blocks, threads, s, overlap);
+    case DType::BFloat16: return launch_typed<__nv_bfloat16>(k, blocks, threads, s, overlap);
+    case DType::Int8: return launch_typed<int8_t>(k, blocks, threads, s, overlap);
+    case DType::Int16: return launch_typed<int16_t>(k, blocks, threads, s, overlap);
+    case DType::Int32: return launch_typed<int32_t>(k, blocks, threads, s, overlap);
+    case DType::Int64: return launch_typed<int64_t>(k, blocks, threads, s, overlap);
+    case DType::UInt8: return launch_typed<uint8_t>(k, blocks, threads, s, overlap);
     default: throw std::invalid_argument(std::string("purlin: no CUDA reduction for ") + dtype_name(t));
   }
 }
 
 // Copy-only plans need the element size alone.
-cudaError_t launch_copying(size_t esize, const KernelParams& k, int blocks, int threads, cudaStream_t s) {
+cudaError_t launch_copying(size_t esize, const KernelParams& k, int blocks, int threads, cudaStream_t s, bool overlap) {
   switch (esize) {
-    case 1: return launch_typed<uint8_t>(k, blocks, threads, s);
-    case 2: return launch_typed<int16_t>(k, blocks, threads, s);
-    case 4: return launch_typed<int32_t>(k, blocks, threads, s);
-    case 8: return launch_typed<int64_t>(k, blocks, threads, s);
-    case 16: return launch_typed<Pod16>(k, blocks, threads, s);
+    case 1: return launch_typed<uint8_t>(k, blocks, threads, s, overlap);
+    case 2: return launch_typed<int16_t>(k, blocks, threads, s, overlap);
+    case 4: return launch_typed<int32_t>(k, blocks, threads, s, overlap);
+    case 8: return launch_typed<int64_t>(k, blocks, threads, s, overlap);
+    case 16: return launch_typed<Pod16>(k, blocks, threads, s, overlap);
     default: throw std::invalid_argument("purlin: no CUDA copy for elements of " + std::to_string(esize) + " bytes");
   }
 }
@@ -121,8 +121,8 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   k.line_phase = line_phase;
   k.lines = !l.lines ? 0 : l.wide_lines ? kWideLines : kNarrowLines;
   k.parity = l.parity ? 1 : 0;
-  return l.reduces ? launch_reducing(l.dtype, k, l.blocks, l.threads, stream)
-                   : launch_copying(dtype_size(l.dtype), k, l.blocks, l.threads, stream);
+  return l.reduces ? launch_reducing(l.dtype, k, l.blocks, l.threads, stream, l.overlap)
+                   : launch_copying(dtype_size(l.dtype), k, l.blocks, l.threads, stream, l.overlap);
 }
 
 }  // namespace purlin::atom::cuda

@@ -204,6 +204,8 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
   const int b = blockIdx.x, tid = threadIdx.x;
   const PadLayout& L = p.layout;
   const int G = static_cast<int>(gridDim.x);  // this launch's blocks (<= L.blocks slots)
+  ptx::griddep_wait();  // NOTE [overlapped launch]: before any global memory access
+  ptx::griddep_launch_dependents();
 
   if (tid == 0) {
     s_state[0] = p.pad[L.base()];

@@ -58,6 +58,7 @@ struct PlanLaunch {
   bool parity = false;           // a parity plan (NOTE [parity plans], plan_kernel.cuh)
   int blocks = 1;                // this launch's blocks, <= layout.blocks (launch_config.h)
   int threads = 512;
+  bool overlap = false;          // NOTE [overlapped launch] (launch_typed.cuh); sm_90+ only
 };
 
 bool can_reduce(DType t);

@@ -1,5 +1,5 @@
 // ptx.cuh — the raw instructions the CUDA Atom is built from (sm_70 and up;
-// nothing here differs between sm_80, sm_90 and sm_100).
+// nothing here differs between sm_80, sm_90 and sm_100 but griddep_*).
 //
 //   st_release_{sys,gpu}   st.release: publishes this thread's (and, after a
 //                          barrier, its block's) earlier writes with the value
@@ -8,6 +8,12 @@
 //   globaltimer_ns         %globaltimer, nanoseconds, for bounded waits
 //   ld_cg                  ld.global.cg: a load served by L2, never a stale
 //                          L1 line (sources may be a peer's reused workspace)
+//   griddep_wait           griddepcontrol.wait: returns once the grids this one
+//                          depends on completed and their writes are visible
+//                          (NOTE [overlapped launch]); sm_90+, a no-op before
+//   griddep_launch_dependents  griddepcontrol.launch_dependents: the next
+//                          kernel of the stream may start its blocks (they
+//                          wait in griddep_wait); sm_90+, a no-op before
 #pragma once
 
 #include <cstdint>
@@ -38,6 +44,17 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 // ld.global.cg of any 1/2/4/8/16-byte trivially copyable T.

@@ -25,27 +25,29 @@ __device__ __forceinline__ char* wide_part(char* const* lines, const DevRef& r, 
   return lines[r.rank] + (first + line) * kWideLineBytes + (threadIdx.x & (kWideGroup - 1)) * 16;
 }
 
-// k elements of plain memory (Input / Output) into / out of x (16-byte aligned).
+// k elements of plain memory (Input / Output) to / from x (16-byte aligned):
+// one 16-byte access where the memory is 16-byte aligned, 8-byte accesses
+// where it is 8-byte aligned (a lane's bytes start at 120 l + 16 j, so every
+// odd line, and lane 7 always holds 8 bytes), elements otherwise.
 template <class T>
-__device__ __forceinline__ void load_plain(const T* src, int k, T* x) {
-  constexpr int kU = 16 / sizeof(T);
-  if (k == kU && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
-    *reinterpret_cast<uint4*>(x) = *reinterpret_cast<const uint4*>(src);
+__device__ __forceinline__ void copy_plain(T* dst, const T* src, int k) {
+  constexpr int kU = 16 / sizeof(T), kH = kU / 2;
+  const uintptr_t both = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst);
+  if (k == kU && (both & 15) == 0) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
     return;
   }
-  for (int j = 0; j < kU; ++j)
-    if (j < k) x[j] = src[j];
-}
-
-template <class T>
-__device__ __forceinline__ void store_plain(T* dst, int k, const T* x) {
-  constexpr int kU = 16 / sizeof(T);
-  if (k == kU && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(x);
-    return;
+  int j = 0;
+  if ((both & 7) == 0 && k >= kH) {
+    *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src);
+    j = kH;
+    if (k == kU) {
+      reinterpret_cast<uint64_t*>(dst)[1] = reinterpret_cast<const uint64_t*>(src)[1];
+      return;
+    }
   }
-  for (int j = 0; j < kU; ++j)
-    if (j < k) dst[j] = x[j];
+  for (; j < kU; ++j)
+    if (j < k) dst[j] = src[j];
 }
 
 // This lane's k elements (from op element e0) of ref r into x. Called by the
@@ -60,7 +62,7 @@ __device__ __forceinline__ bool wide_load_ref(const KernelParams& p, char* const
     memcpy(x, &w, 16);  // lane 7: the flag word lies beyond its k
     return true;
   }
-  if (active) load_plain<T>(reinterpret_cast<const T*>(r.buf == kInput ? p.input : p.output) + r.offset + e0, k, x);
+  if (active) copy_plain<T>(x, reinterpret_cast<const T*>(r.buf == kInput ? p.input : p.output) + r.offset + e0, k);
   return true;
 }
 
@@ -82,7 +84,7 @@ __device__ __forceinline__ void wide_store_ref(const KernelParams& p, char* cons
     if (active) wide_store(wide_part<T>(lines, d, line), w);
     return;
   }
-  if (active) store_plain<T>(reinterpret_cast<T*>(d.buf == kInput ? p.input : p.output) + d.offset + e0, k, x);
+  if (active) copy_plain<T>(reinterpret_cast<T*>(d.buf == kInput ? p.input : p.output) + d.offset + e0, x, k);
 }
 
 // The arithmetic of reduce.cuh's reduce_one (sources in plan order).
