@@ -6,8 +6,8 @@
 //   the kernel is launched with programmatic stream serialization: its
 //   blocks may be scheduled before the previous kernel of the stream has
 //   ended, as soon as that kernel let them (griddepcontrol.launch_dependents,
-//   which every purlin kernel issues first thing, or its end for any other
-//   kernel). Both purlin kernels begin with griddepcontrol.wait, before
+//   which every purlin kernel issues right after its griddepcontrol.wait, or
+//   its end for any other kernel). Both purlin kernels begin with griddepcontrol.wait, before
 //   any global memory access: it returns once the previous kernel
 //   completed and its writes are visible, so what overlaps is only the
 //   launch (block scheduling, parameter load), never a memory access. The
