@@ -87,6 +87,35 @@ class TestBadInput(DistTestCase):
         self.expect_error(lambda: dist.all_reduce(i, op=dist.ReduceOp.AVG),
                           r"all_?reduce", r"\bavg\b", r"int32")
 
+    # A setting that one rank cannot use (NOTE [setup agreement]): every rank fails at the group's first
+    # collective, at once, naming that rank and the setting; the other groups keep working.
+
+    @spawned
+    def test_bad_setting_on_one_rank(self):
+        import os
+        var = "TORCH_PURLIN_CPU_WORKSPACE_BYTES"
+        self.check_group_works()  # the default group is set up before the setting goes bad
+        group = dist.new_group(backend="purlin")  # set up on its first collective, below
+        saved = os.environ.get(var)
+        if self.rank == 1:
+            os.environ[var] = "bogus"
+        t = torch.ones(1025)
+        start = time.monotonic()
+        try:
+            with self.assertRaises(RuntimeError) as first:
+                dist.all_reduce(t, group=group)
+        finally:
+            if saved is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = saved
+        # The group stays failed with the same reason and never waits again; the default group works.
+        self.expect_error(lambda: dist.all_reduce(t, group=group), r"all_?reduce", r"unusable",
+                          r"rank 1 could not set up", var)
+        self.assertLess(time.monotonic() - start, 10.0, "a bad setting must fail every rank at once, not by timeout")
+        for pattern in (r"all_?reduce", rf"rank {self.rank}\b", r"rank 1 could not set up", var, "bogus"):
+            self.assertRegex(str(first.exception), pattern)
+
 
 @unittest.skipIf(BACKEND != "purlin", SKIP_REASON)
 class TestTimeout(DistTestCase):

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "atom/cpu/cpu_atom.h"
+#include "backend/setup_agreement.h"
 #include "common/env.h"
 #include "snac/arrival.h"
 #include "snac/executor.h"
@@ -17,10 +18,7 @@ constexpr size_t kMaxPlans = 256;
 }  // namespace
 
 HostEngine::HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv)
-    : rank_(rank), world_(world), timeout_(timeout), rdv_(std::move(rdv)) {
-  two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CPU_TWO_SHOT_BYTES");
-  debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
-}
+    : rank_(rank), world_(world), timeout_(timeout), rdv_(std::move(rdv)) {}
 
 HostEngine::~HostEngine() = default;
 
@@ -29,10 +27,25 @@ void HostEngine::set_timeout(std::chrono::milliseconds t) {
   if (atom_) atom_->set_timeout(t);
 }
 
-void HostEngine::ensure_atom() {
+// The settings are read here, on the group's first collective, and checked
+// by every rank together (NOTE [setup agreement]) before the segments.
+void HostEngine::ensure_atom(const char* op) {
   if (atom_) return;
-  const size_t ws = static_cast<size_t>(env::get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
-  if (ws < 4096) throw std::invalid_argument("TORCH_PURLIN_CPU_WORKSPACE_BYTES must be at least 4K");
+  size_t ws = 0;
+  std::string mine;
+  try {
+    two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CPU_TWO_SHOT_BYTES");
+    debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
+    ws = static_cast<size_t>(env::get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
+    if (ws < 4096) throw std::invalid_argument("TORCH_PURLIN_CPU_WORKSPACE_BYTES must be at least 4K");
+  } catch (const std::exception& e) {
+    mine = e.what();
+  }
+  const std::string why = agree_on_setup(rdv_, "purlin/cpu/setup/", rank_, world_, mine);
+  if (!why.empty()) {
+    broken_ = why;  // the keys are spent: a second attempt could not agree again
+    throw std::runtime_error(error_prefix(op, rank_) + why);
+  }
   atom_ = make_shm_group("cpu", rank_, world_, ws, meta_blob_bytes(world_), timeout_, rdv_);
 }
 
@@ -59,7 +72,7 @@ const snac::Plan& HostEngine::plan_for(const Request& rq, const std::vector<Peer
 void HostEngine::run(Request& rq) {
   if (!broken_.empty())
     throw std::runtime_error(error_prefix(rq.name, rank_) + "the group is unusable after an earlier failure: " + broken_);
-  ensure_atom();
+  ensure_atom(rq.name);
   const uint64_t seq = ++seq_;
   atom::WaitSite site{rq.name, "", seq};
   const std::vector<std::byte> blob = encode_meta(rq, world_);

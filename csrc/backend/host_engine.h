@@ -33,7 +33,7 @@ class HostEngine {
   void set_timeout(std::chrono::milliseconds t);
 
  private:
-  void ensure_atom();
+  void ensure_atom(const char* op);  // NOTE [setup agreement]
   const snac::Plan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool direct_local);
 
   int rank_, world_;
