@@ -312,8 +312,14 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   opt.direct_local = direct_local_reads(rq, rank_);  // NOTE [direct local reads]
   opt.read_peer_inputs = zero_copy;
   const bool two_wanted = two_shot(rq, all);
-  const std::string key = plan_key(rq, all) + "/a" + std::to_string(static_cast<int>(alias)) + (two_wanted ? "/2" : "/1") +
-                          (zero_copy ? "/z" : "") + (region ? "/R" : "") + "/s" + std::to_string(shift);
+  std::string key = plan_key(rq, all);  // built on every call: appended in place
+  key += 'a';
+  key += static_cast<char>('0' + static_cast<int>(alias));
+  key += two_wanted ? "/2" : "/1";
+  if (zero_copy) key += "/z";
+  if (region) key += "/R";
+  key += "/s";
+  key += std::to_string(shift);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   if (plans_.size() >= kMaxPlans) {  // inline plans are host-only: safe to drop any time

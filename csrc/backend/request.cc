@@ -1,6 +1,7 @@
 // request.cc — metadata blobs, cross-rank argument checks and Spec building.
 #include "backend/request.h"
 
+#include <charconv>
 #include <cstring>
 #include <sstream>
 
@@ -85,8 +86,7 @@ std::string check_agreement(const std::vector<PeerMeta>& all, int me) {
   if (!all[me].error.empty()) return all[me].error;
   for (int r = 0; r < W; ++r)
     if (!all[r].error.empty()) return rank_str(r) + " reported: " + all[r].error;
-  const PeerMeta& a = all[me];
-  std::ostringstream why;
+  const PeerMeta& a = all[me];  // runs on every call: streams only when something disagrees
   for (int r = 0; r < W; ++r) {
     const PeerMeta& b = all[r];
     if (b.op != a.op)
@@ -105,6 +105,7 @@ std::string check_agreement(const std::vector<PeerMeta>& all, int me) {
     if (b.custom_hash != a.custom_hash) return rank_str(r) + " passed a different custom spec";
   }
   auto mismatch = [&](const char* what, int r, int64_t got, int64_t want) {
+    std::ostringstream why;
     why << rank_str(r) << " has " << what << " of " << got << " elements, expected " << want << " (from "
         << rank_str(0) << ")";
     return why.str();
@@ -129,6 +130,7 @@ std::string check_agreement(const std::vector<PeerMeta>& all, int me) {
       for (int s = 0; s < W; ++s)
         for (int d = 0; d < W; ++d)
           if (all[s].in_splits[d] != all[d].out_splits[s]) {
+            std::ostringstream why;
             why << rank_str(s) << " sends " << all[s].in_splits[d] << " elements to " << rank_str(d) << " but "
                 << rank_str(d) << " expects " << all[d].out_splits[s] << " from it (split sizes disagree)";
             return why.str();
@@ -163,14 +165,28 @@ snac::Spec build_spec(const Request& rq, const std::vector<PeerMeta>& all) {
   return snac::barrier(W);
 }
 
+// Built on every call (the plan caches' key): appended with to_chars, not a
+// stream, whose construction alone cost about a microsecond per call.
 std::string plan_key(const Request& rq, const std::vector<PeerMeta>& all) {
-  std::ostringstream k;
+  std::string k;
+  k.reserve(96);
+  auto add = [&k](auto v, char sep) {
+    char buf[24];
+    const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+    k.append(buf, end);
+    k.push_back(sep);
+  };
   const PeerMeta& r0 = all[0];
-  k << static_cast<int>(rq.op) << '/' << dtype_size(rq.dtype) << '/' << rq.root << '/' << r0.in_numel << '/' << r0.out_numel << '/' << r0.custom_hash;
+  add(static_cast<int>(rq.op), '/');
+  add(dtype_size(rq.dtype), '/');
+  add(rq.root, '/');
+  add(r0.in_numel, '/');
+  add(r0.out_numel, '/');
+  add(r0.custom_hash, '/');
   if (rq.op == CollOp::AllToAll)
     for (const auto& m : all)
-      for (int64_t s : m.in_splits) k << ',' << s;
-  return k.str();
+      for (int64_t s : m.in_splits) add(s, ',');
+  return k;
 }
 
 uint64_t spec_hash(const snac::Spec& s) {
