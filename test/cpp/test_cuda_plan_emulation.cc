@@ -471,14 +471,16 @@ int line_parity(const BlockCtx& x) { return g_mutation == Mutation::OneParity ? 
 // The line region parity of this launch, at rank `rank`.
 std::vector<Line>& line_region(const BlockCtx& x, int rank) { return x.g.ranks[rank]->lines[line_parity(x)]; }
 
-Line& line_at(const BlockCtx& x, int rank, int64_t index) {
-  std::vector<Line>& region = line_region(x, rank);
+// Line `index` of a region (narrow or wide); an index outside it aborts the run.
+Line& checked_line(std::vector<Line>& region, int64_t index, const char* what) {
   if (index < 0 || index >= static_cast<int64_t>(region.size())) {
-    std::fprintf(stderr, "line %lld outside the line region (%zu lines)\n", (long long)index, region.size());
+    std::fprintf(stderr, "%s %lld outside the region (%zu lines)\n", what, (long long)index, region.size());
     std::abort();
   }
   return region[index];
 }
+
+Line& line_at(const BlockCtx& x, int rank, int64_t index) { return checked_line(line_region(x, rank), index, "line"); }
 
 // line_kernel's load_unit: k elements e0.. of ref into v; a Workspace ref
 // polls the lines that hold them (an unaligned start reads two lines).
@@ -520,13 +522,8 @@ void store_unit(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, const
 // ---- wide lines (NOTE [wide lines], wide_line_op.cuh) ---------------------------
 Line& wide_at(const BlockCtx& x, int rank, const cu::DevRef& ref, int64_t e0) {
   if (ref.offset * kEsize % cu::kWidePayload != 0) ++g_off_line;  // the piece must start on a line
-  std::vector<Line>& region = x.g.ranks[rank]->wide[line_parity(x)];
   const int64_t index = (ref.offset * kEsize + e0 * kEsize) / cu::kWidePayload;
-  if (index < 0 || index >= static_cast<int64_t>(region.size())) {
-    std::fprintf(stderr, "wide line %lld outside the region (%zu lines)\n", (long long)index, region.size());
-    std::abort();
-  }
-  return region[index];
+  return checked_line(x.g.ranks[rank]->wide[line_parity(x)], index, "wide line");
 }
 
 // k elements e0.. (one line's, e0 on a line) of ref into v.
