@@ -16,6 +16,7 @@ RTOL[dtype] of sum_k |x_k| (fp32 accumulation, one rounding).
 """
 import os
 import re
+import time
 from datetime import timedelta
 
 import pytest
@@ -37,7 +38,7 @@ SIZES = (1, 3, 7, 127, 1000, 4099, 65537, 1_000_003)
 FAMILIES = (
     "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
-    "mixed_backend", "counters", "fallback", "protocol_table", "zero_copy", "push", "lines", "parity", "overlapped_launch", "block_counts", "call_tag", "timeout",
+    "mixed_backend", "setup_agreement", "counters", "fallback", "protocol_table", "zero_copy", "push", "lines", "parity", "overlapped_launch", "block_counts", "call_tag", "timeout",
 )
 
 
@@ -529,6 +530,45 @@ def _worker(rank, world, init_file, log_path):
         assert cnt["all_gather_into_tensor"] == (1, 0), cnt
 
     R.check("all_reduce cpu + cuda", mixed_case)
+
+    # -- setup agreement: a setting one rank cannot use fails every rank at once (NOTE [setup agreement]) -------
+    R.family = "setup_agreement"
+
+    def setup_agreement_case():
+        var = "TORCH_PURLIN_CUDA_LINE_FORMAT"
+        bad = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)  # CUDA setup on its first CUDA op, below
+        saved = os.environ.get(var)
+        if rank == W - 1:
+            os.environ[var] = "bogus"
+        t = torch.ones(1000, device=dev)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(t, group=bad)
+        except RuntimeError as e:
+            first = str(e)
+        else:
+            raise AssertionError("no error from a group whose last rank has a malformed " + var)
+        finally:
+            if saved is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = saved
+        took = time.monotonic() - start
+        assert took < 10.0, f"a bad setting must fail every rank at once, not by the store timeout ({took:.1f} s)"
+        for pattern in (r"all_?reduce", rf"on rank {rank}\b", rf"rank {W - 1} could not set up", var, "bogus"):
+            assert re.search(pattern, first), (pattern, first)
+        try:  # the group stays failed with the same reason and never waits again
+            dist.all_reduce(t, group=bad)
+        except RuntimeError as e:
+            again = str(e)
+        else:
+            raise AssertionError("a group whose CUDA setup failed ran a collective")
+        assert "unusable" in again and var in again and rf"rank {W - 1} could not set up" in again, again
+        x = torch.ones(4, device=dev)
+        dist.all_reduce(x, group=pg)  # other groups still work
+        assert torch.all(x == W)
+
+    R.check("malformed setting on the last rank", setup_agreement_case)
 
     # -- counters: every native op above ran natively ---------------------------------------------------
     R.family = "counters"

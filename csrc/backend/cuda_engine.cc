@@ -32,6 +32,7 @@ struct CudaPath::Impl {
   std::chrono::milliseconds timeout;
   c10::intrusive_ptr<c10d::Store> store;
   std::unique_ptr<CudaGroup> engine;
+  std::string setup_failed;  // NOTE [setup agreement]: why this group's CUDA setup failed, for every later call
   CudaOpScope::State* scope = nullptr;
 };
 
@@ -45,7 +46,7 @@ struct CudaOpScope::State {
 };
 
 CudaPath::CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store)
-    : impl_(new Impl{rank, world, timeout, std::move(store), nullptr, nullptr}) {}
+    : impl_(new Impl{rank, world, timeout, std::move(store), nullptr, "", nullptr}) {}
 
 CudaPath::~CudaPath() = default;
 
@@ -120,7 +121,15 @@ std::string CudaPath::group_on(const c10::Device& dev, const std::string& op) {
     TORCH_CHECK(st == cudaStreamCaptureStatusNone, "purlin ", op, " on rank ", impl_->rank,
                 ": the first CUDA collective of a group sets up its workspace and cannot run inside CUDA graph "
                 "capture; run one collective on the group before capturing");
-    impl_->engine = std::make_unique<CudaGroup>(impl_->rank, impl_->world, impl_->timeout, impl_->store, dev.index());
+    TORCH_CHECK(impl_->setup_failed.empty(), "purlin ", op, " on rank ", impl_->rank,
+                ": this group's CUDA setup failed and the group is unusable for CUDA tensors (destroy it and create "
+                "a new one): ", impl_->setup_failed);
+    try {
+      impl_->engine = std::make_unique<CudaGroup>(impl_->rank, impl_->world, impl_->timeout, impl_->store, dev.index());
+    } catch (const std::exception& e) {
+      impl_->setup_failed = e.what();  // the agreement's keys are spent: a second attempt could not agree again
+      TORCH_CHECK(false, "purlin ", op, " on rank ", impl_->rank, ": ", impl_->setup_failed);
+    }
   }
   if (!impl_->engine->unavailable().empty())
     return "the CUDA datapath is unavailable for this group: " + impl_->engine->unavailable();

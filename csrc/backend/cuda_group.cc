@@ -13,7 +13,9 @@
 
 #include "atom/cpu/cpu_atom.h"
 #include "atom/cuda/cuda_check.h"
+#include "backend/setup_agreement.h"
 #include "backend/shm_group.h"
+#include "backend/store_rendezvous.h"
 #include "common/env.h"
 #include "snac/arrival.h"
 
@@ -77,10 +79,10 @@ std::string CudaGroup::read_error(const cu::SymmetricWorkspace& ws, std::chrono:
   return describe(*e, timeout);
 }
 
-CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-                       int device)
-    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)) {
-  c10::cuda::CUDAGuard guard(device_);
+// Every TORCH_PURLIN_CUDA_* setting the group's setup needs; throws
+// std::invalid_argument naming a malformed one (the constructor turns that
+// into this rank's reply to the setup agreement).
+void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table) {
   two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
   push_mode_ = env::get("TORCH_PURLIN_CUDA_PUSH");
   if (push_mode_ != "copies" && push_mode_ != "all" && push_mode_ != "none")
@@ -90,7 +92,6 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   overlap_ = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess && major >= 9 &&
              env::get_bool("TORCH_PURLIN_CUDA_PDL");
   cudaGetLastError();
-  cu::SymmetricWorkspace::Options opt;
   opt.rank = rank_;
   opt.world = world_;
   opt.device = device_;
@@ -108,6 +109,26 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   } catch (const std::exception&) {
     throw std::invalid_argument("TORCH_PURLIN_CUDA_BLOCKS: not a number: '" + env::get("TORCH_PURLIN_CUDA_BLOCKS") + "'");
   }
+  ce_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
+  nccl_table = env::get("TORCH_PURLIN_CUDA_NCCL_FROM");
+  NcclTable::parse(nccl_table);  // a typo fails where it was made (NOTE [protocol table])
+}
+
+CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+                       int device)
+    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)) {
+  c10::cuda::CUDAGuard guard(device_);
+  // NOTE [setup agreement]: every rank reads its settings, then all state
+  // ok-or-why before the first exchange below waits on a peer.
+  cu::SymmetricWorkspace::Options opt;
+  std::string table_mine, my_error;
+  try {
+    read_settings(opt, table_mine);
+  } catch (const std::exception& e) {
+    my_error = e.what();
+  }
+  const std::string why = agree_on_setup(store_rendezvous(store_), "purlin/cuda/setup/agree/", rank_, world_, my_error);
+  if (!why.empty()) throw std::runtime_error(why);
   auto st = store_;
   const int me = rank_, W = world_;
   exchange_ = [st, me, W](const std::string& tag, const std::string& mine) {
@@ -139,7 +160,6 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   // collective must be the same on all ranks).
   // The group uses the largest threshold any rank asks for; 0 anywhere: off.
   // The Atom (and its watchdog thread) exists only where it is asked for.
-  ce_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
   std::unique_ptr<cu::CopyEngineAtom> ce;
   if (ce_bytes_ > 0) ce = std::make_unique<cu::CopyEngineAtom>(ws_);
   const int64_t mine = ce && ce->unavailable().empty() ? ce_bytes_ : 0;
@@ -151,8 +171,6 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   }
   // NOTE [protocol table]: every rank routes by rank 0's table (a rank's
   // own value is still checked, so a typo fails where it was made).
-  const std::string table_mine = env::get("TORCH_PURLIN_CUDA_NCCL_FROM");
-  NcclTable::parse(table_mine);
   const std::vector<std::string> tables = exchange_("nccl-table", table_mine);
   nccl_table_ = NcclTable::parse(tables[0]);
   if (tables[rank_] != tables[0])
@@ -196,14 +214,8 @@ std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
   // host through a shared-memory arrival handshake (NOTE [arrival]; the ranks
   // of a CUDA group share one host), microseconds instead of a Store round trip.
   if (!a2a_atom_) {
-    auto st = store_;
-    Rendezvous rdv;
-    rdv.set = [st](const std::string& k, const std::string& v) { st->set(k, std::vector<uint8_t>(v.begin(), v.end())); };
-    rdv.get = [st](const std::string& k) {
-      const std::vector<uint8_t> v = st->get(k);
-      return std::string(v.begin(), v.end());
-    };
-    a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_, rdv);
+    a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_,
+                               store_rendezvous(store_));
   }
   const uint64_t n = ++a2a_seq_;
   const atom::WaitSite site{rq.name, "all_to_all: exchange split sizes with every rank", n};

@@ -36,6 +36,8 @@ namespace cu = purlin::atom::cuda;
 
 class CudaGroup {
  public:
+  // Throws std::runtime_error naming every rank that could not set the group
+  // up (NOTE [setup agreement]); the store keys it used are then spent.
   CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
              int device);
   ~CudaGroup();
@@ -83,6 +85,7 @@ class CudaGroup {
 
   // "" or the RuntimeError text of the device error recorded in ws.
   static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout);
+  void read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table);
   std::vector<PeerMeta> peer_meta(const Request& rq);
   const CachedPlan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool zero_copy, bool region);
   bool region_wanted(const Request& rq) const;

@@ -6,6 +6,7 @@
 
 #include "backend/cuda_engine.h"
 #include "backend/host_engine.h"
+#include "backend/store_rendezvous.h"
 #include "backend/tensor_args.h"
 
 namespace purlin::backend {
@@ -24,16 +25,7 @@ void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
 
 HostEngine& PurlinBackend::host() {
   if (!host_) {
-    Rendezvous rdv;
-    auto store = store_;
-    rdv.set = [store](const std::string& k, const std::string& v) {
-      store->set(k, std::vector<uint8_t>(v.begin(), v.end()));
-    };
-    rdv.get = [store](const std::string& k) {
-      auto v = store->get(k);
-      return std::string(v.begin(), v.end());
-    };
-    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, std::move(rdv));
+    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_));
   }
   return *host_;
 }
