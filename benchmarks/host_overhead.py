@@ -8,6 +8,8 @@ scale. Run under torchrun on CUDA:
     torchrun --nproc-per-node=2 benchmarks/host_overhead.py [--calls 2000] [--bytes 1024]
 
 Prints one line per case on rank 0: microseconds per call (median of 5 runs).
+The "fake" rows call torch's FakeProcessGroup (a c10d backend that returns a
+completed Work and moves nothing): the floor of any backend behind dist.*.
 """
 import argparse
 import statistics
@@ -42,6 +44,13 @@ def main():
     torch.cuda.set_device(rank % torch.cuda.device_count())
     purlin = dist.new_group(backend="purlin")
     nccl = dist.new_group(backend="nccl")
+    try:
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401  registers backend "fake"
+        fake = dist.new_group(backend="fake")
+    except Exception as e:  # noqa: BLE001 — an optional row
+        fake = None
+        if rank == 0:
+            print(f"(no fake backend rows: {e})", flush=True)
     t = torch.randn(args.bytes // 2, dtype=torch.bfloat16, device="cuda")
     out = torch.empty(t.numel() * dist.get_world_size(), dtype=t.dtype, device="cuda")
     cases = [
@@ -53,6 +62,11 @@ def main():
         ("purlin broadcast", lambda: dist.broadcast(t, 0, group=purlin)),
         ("purlin all_reduce async_op + wait", lambda: dist.all_reduce(t, group=purlin, async_op=True).wait()),
     ]
+    if fake is not None:
+        cases += [
+            ("fake all_reduce (dist.* floor)", lambda: dist.all_reduce(t, group=fake)),
+            ("fake all_gather_into_tensor (floor)", lambda: dist.all_gather_into_tensor(out, t, group=fake)),
+        ]
     for name, fn in cases:
         for _ in range(50):  # setup and warmup
             fn()

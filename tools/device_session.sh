@@ -8,6 +8,7 @@
 #   nolines   purlin alone, 1K-4M, with flagged lines off (TORCH_PURLIN_CUDA_LINE_BYTES=0), to compare
 #   knobs     purlin alone, 64M-1G graph mode, under other workspace sizes and push modes (KNOBS, KNOB_ARGS to override)
 #   host      host time per eager call, purlin vs NCCL (benchmarks/host_overhead.py; + nsys CUDA API summary)
+#   floor     benchmarks/probes/nvlink_floor.cu: per-kernel cost of empty / ping / 1 KB line kernels in a graph
 # NPROC=N runs everything on N ranks / GPUs (default 2).
 # A part after `suite` reuses the build when the machine is still warm; if
 # torch_purlin/_C*.so is missing (a fresh machine) and `suite` was not asked
@@ -117,5 +118,14 @@ if has host; then
   else
     say "nsys: not installed"
   fi
+fi
+if has floor; then
+  # The floor under a small collective (no torch, one process, both GPUs): docs/PERFORMANCE.md, session 8.
+  "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -std=c++17 -O3 -arch=sm_90 -Icsrc benchmarks/probes/nvlink_floor.cu -o "$LOGS/nvlink_floor" >"$LOGS/floor_build.txt" 2>&1
+  say "floor build exit $?"
+  timeout 60 "$LOGS/nvlink_floor" ${FLOOR_OPS:-100} >"$OUT/nvlink_floor.txt" 2>&1
+  say "floor exit $?"
+  cat "$OUT/nvlink_floor.txt" >>"$S"
+  rm -f "$LOGS/nvlink_floor"
 fi
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"
