@@ -33,7 +33,8 @@ else:                   # run by path: works before torch_purlin._C is built
 
 ROOT = 0
 SENTINEL = 127          # |any correct result| <= 4 * 31
-GRAPH_OPS = 20          # collectives captured in one CUDA graph
+GRAPH_OPS = 20          # collectives captured in one CUDA graph (--graph-ops)
+QUEUE_AHEAD_S = 0.004   # --graph-timing queued: the GPU sleeps this long while the host queues the replays
 FREE_AT = 64 << 20      # from this size on, cached CUDA memory is released after each size
 REDOPS = {"sum": (dist.ReduceOp.SUM, torch.add), "max": (dist.ReduceOp.MAX, torch.maximum),
           "min": (dist.ReduceOp.MIN, torch.minimum)}
@@ -171,7 +172,7 @@ def sync(args):
 EAGER_BATCHES = 5       # CUDA eager mode: samples of back-to-back calls (NOTE [eager timing])
 
 
-def time_calls(fn, iters, args, per=1, batched=False):
+def time_calls(fn, iters, args, per=1, batched=False, queued=False):
     """Seconds per op, one sample per call of fn (which runs `per` ops), or,
     when batched, one sample per batch of back-to-back calls.
 
@@ -179,7 +180,17 @@ def time_calls(fn, iters, args, per=1, batched=False):
     events, as nccl-tests does (its time is the mean over back-to-back
     iterations): whatever bounds a stream of calls, host or GPU, is what it
     measures. Events around each single call added each rank's host jitter
-    and the ranks' skew to every sample; the same op swung 2x between runs."""
+    and the ranks' skew to every sample; the same op swung 2x between runs.
+
+    NOTE [queued graph timing]: a graph replay is timed by events around it.
+    When the host needs longer to launch a replay than the GPU to run it
+    (small collectives on this VM: a 20-kernel replay runs in ~30 us), the
+    GPU idles between replays and every sample holds the launch gap and, for
+    collectives that wait on each other, the ranks' launch skew. With
+    `queued` (--graph-timing queued, the default) the GPU first sleeps
+    QUEUE_AHEAD_S, long enough for the host to queue every timed replay, so
+    the replays run back to back and a sample is the GPU's time for one.
+    `replay` keeps the launch gaps (the method of sessions 1-7)."""
     sync(args)
     agree([0.0])                        # ranks start each timed batch together
     if args.device.type == "cpu":
@@ -191,6 +202,8 @@ def time_calls(fn, iters, args, per=1, batched=False):
         return samples
     calls = max(1, iters // EAGER_BATCHES) if batched else 1
     ev = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(max(1, iters // calls))]
+    if queued:
+        torch.cuda._sleep(int(QUEUE_AHEAD_S * args.gpu_clock_hz))
     for start, end in ev:
         start.record()
         for _ in range(calls):
@@ -200,8 +213,8 @@ def time_calls(fn, iters, args, per=1, batched=False):
     return [s.elapsed_time(e) / 1e3 / per / calls for s, e in ev]
 
 
-def capture(run):
-    """A CUDA graph of GRAPH_OPS calls, after one warm call on a side stream."""
+def capture(run, ops):
+    """A CUDA graph of --graph-ops calls, after one warm call on a side stream."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -210,7 +223,7 @@ def capture(run):
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(GRAPH_OPS):
+        for _ in range(ops):
             run()
     return g
 
@@ -273,18 +286,18 @@ def measure(shared, impl, mode, seed, args):
     if got is None:
         return rec
     wrong, est = got[0], agree([got[1]])[0]
-    per_call = est * (GRAPH_OPS if mode == "graph" else 1)
+    per_call = est * (args.graph_ops if mode == "graph" else 1)
     iters = max(1, min(args.iters, int(args.time_cap / max(per_call, 1e-9))))
     warmup = min(args.warmup, iters)
     if mode == "graph":
-        graph, rec["error"] = attempt(lambda: capture(run))
+        graph, rec["error"] = attempt(lambda: capture(run, args.graph_ops))
         if graph is None:
             return rec
         time_calls(graph.replay, warmup, args)
         rec.update(launch_fields(impl, args))
-        samples = time_calls(graph.replay, iters, args, per=GRAPH_OPS)
+        samples = time_calls(graph.replay, iters, args, per=args.graph_ops, queued=args.graph_timing == "queued")
         if args.check and not (case.op.reduces and args.redop == "sum"):
-            # only repeatable ops can be checked after GRAPH_OPS calls; else the eager check stands
+            # only repeatable ops can be checked after --graph-ops calls; else the eager check stands
             case.fill(seed + 1)
             graph.replay()
             sync(args)
@@ -349,6 +362,10 @@ def parse_args(argv):
         "(purlin, nccl, gloo, ...), purlin-sym, symm1, symm2 (symm = both); default "
         + "; ".join(f"{k}: {v}" for k, v in DEFAULT_IMPLS.items()))
     add("--mode", choices=("eager", "graph", "both"), help="default eager")
+    add("--graph-ops", type=int, default=GRAPH_OPS, help=f"collectives per captured graph; default {GRAPH_OPS}")
+    add("--graph-timing", choices=("queued", "replay"), default="queued",
+        help="queued (default): the host queues the timed replays while the GPU sleeps, so they run back to back; "
+        "replay: as launched, launch gaps included (NOTE [queued graph timing])")
     place = p.add_mutually_exclusive_group()
     place.add_argument("--inplace", dest="place", action="store_const", const="in-place")
     place.add_argument("--out-of-place", dest="place", action="store_const", const="out-of-place")
@@ -368,6 +385,10 @@ def parse_args(argv):
         a.json = a.json or os.path.join(a.out_dir, "bench.json")
         a.png_dir = a.png_dir or a.out_dir
     a.device = torch.device(a.device)
+    a.gpu_clock_hz = 2.0e9
+    if a.device.type == "cuda":
+        clock_khz = getattr(torch.cuda.get_device_properties(0), "clock_rate", 0)  # not in every torch
+        a.gpu_clock_hz = clock_khz * 1e3 if clock_khz else 2.0e9
     a.dtype = getattr(torch, a.dtype or ("bfloat16" if a.device.type == "cuda" else "float32"))
     names = (a.impls or DEFAULT_IMPLS[a.device.type]).split(",")
     a.impls = [x for name in names for x in (("symm1", "symm2") if name == "symm" else (name,))]

@@ -240,6 +240,7 @@ class Printer:
             purlin=getattr(purlin, "__version__", source_version()) if purlin else "not used",
             dtype=str(args.dtype).removeprefix("torch."), redop=args.redop, iters=args.iters,
             warmup=args.warmup, time_cap_s=args.time_cap, check=args.check, modes=args.modes,
+            graph_ops=args.graph_ops, graph_timing=args.graph_timing,
             impls={i.label: i.backend for i in impls},
             impl_about={i.label: i.about for i in impls}, env=env, notes=args.notes)
         v = m["versions"]
@@ -261,7 +262,9 @@ class Printer:
               if args.device.type == "cuda" and kinds & set(PURLIN_KINDS) else []),
             "- time(us): median over iterations on each rank, max over ranks; on CUDA an eager iteration is a batch of "
             "back-to-back calls (iters / 5 per batch, time per call; NOTE [eager timing] in bench.py), a graph "
-            "iteration one replay of 20 captured calls",
+            f"iteration one replay of {m['graph_ops']} captured calls, "
+            + ("the replays queued while the GPU slept, so they ran back to back (NOTE [queued graph timing])"
+               if m["graph_timing"] == "queued" else "each replay as launched (launch gaps included)"),
             f"- env: {' '.join(f'{k}={x}' for k, x in env.items()) or 'none of ' + '*, '.join(ENV_PREFIXES)}",
             *[f"- note: {x}" for x in m["notes"]], ""]))
 
