@@ -6,7 +6,12 @@
 // judged against these numbers (docs/PERFORMANCE.md, session 8).
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -Icsrc benchmarks/probes/nvlink_floor.cu -o /tmp/nvlink_floor
-//   /tmp/nvlink_floor [ops per graph, default 100]
+//   /tmp/nvlink_floor [ops per graph, default 100] [procs]
+//
+// `procs`: two processes, one per GPU, the peer's buffers mapped through CUDA
+// IPC handles (as purlin, NCCL and torch symmetric memory run), each process
+// replaying its own graph; the timed replays are queued behind a 4 ms sleep
+// kernel so they run back to back (as bench.py's NOTE [queued graph timing]).
 //
 // Variants (each: one graph of N kernels per GPU, both GPUs replayed together,
 // time per kernel = replay time / N, median of 30 replays, max over GPUs):
@@ -28,6 +33,11 @@
 //                    them with its input: purlin's wide-line plan without the
 //                    plan, pad, Done or call tags (purlin: 11.9 us, session 7)
 #include <cuda_runtime.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <cstdint>
@@ -59,6 +69,9 @@ struct Args {
   uint4* own_lines;        // 2 x 128 lines (by sequence parity), written by the peer
   uint4* peer_lines;       // the peer's own_lines
   int pdl;
+  uint64_t* own_done;   // written by the peer: the last collective it finished (line1k+done*)
+  uint64_t* peer_done;
+  int done_mode;        // 0 none; 1 Done stored at the end + reuse wait at the start; 2 end, no wait; 3 after the poll
 };
 
 struct WideArgs {
@@ -98,7 +111,13 @@ __device__ __forceinline__ void line1k(const Args& a) {
   begin(a);
   __shared__ uint64_t s_seq;
   const int t = threadIdx.x;  // one line per thread, 128 threads
-  if (t == 0) s_seq = *a.counter + 1;
+  if (t == 0) {
+    s_seq = *a.counter + 1;
+    // purlin's reuse wait (NOTE [line plans]): the peer finished the collective before last
+    if (a.done_mode == 1)
+      while (*reinterpret_cast<volatile uint64_t*>(a.own_done) + 2 < s_seq) {
+      }
+  }
   const uint64_t mine = a.input[t];
   __syncthreads();
   const uint32_t f = static_cast<uint32_t>(s_seq);
@@ -114,6 +133,10 @@ __device__ __forceinline__ void line1k(const Args& a) {
                  : "l"(a.own_lines + parity + t)
                  : "memory");
   } while (f0 != f || f1 != f);
+  if (a.done_mode == 3) {  // Done as soon as every line was read
+    __syncthreads();
+    if (t == 0) ptx::st_relaxed_sys(a.peer_done, s_seq);
+  }
   const uint64_t theirs = static_cast<uint64_t>(x1) << 32 | x0;
   // bf16 x4 sum in fp32, one rounding (truncation here: a probe, not a reference)
   uint64_t out = 0;
@@ -125,7 +148,10 @@ __device__ __forceinline__ void line1k(const Args& a) {
   }
   a.output[t] = out;
   __syncthreads();
-  if (t == 0) *a.counter = s_seq;
+  if (t == 0) {
+    *a.counter = s_seq;
+    if (a.done_mode == 1 || a.done_mode == 2) ptx::st_relaxed_sys(a.peer_done, s_seq);  // as purlin's end_launch
+  }
 }
 
 __global__ void line1k_kernel(Args a) { line1k(a); }
@@ -228,15 +254,150 @@ void launch(Variant v, const Args& a, const WideArgs& w, int blocks, cudaStream_
   }
 }
 
+__global__ void sleep_kernel(uint64_t ns) {
+  const uint64_t t0 = ptx::globaltimer_ns();
+  while (ptx::globaltimer_ns() - t0 < ns) {
+  }
+}
+
+struct Shared {  // MAP_SHARED between the two processes
+  std::atomic<int> arrived[2];
+  cudaIpcMemHandle_t handle[2];
+  double median[2], lo[2], hi[2];
+};
+
+void barrier(Shared* sh, int rank, int& gen) {
+  ++gen;
+  sh->arrived[rank].store(gen);
+  while (sh->arrived[1 - rank].load() < gen) {
+  }
+}
+
+// One process per GPU; returns the child's exit status to the parent.
+int run_procs(int n_ops) {
+  setvbuf(stdout, nullptr, _IONBF, 0);
+  auto* sh = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  new (sh) Shared{};
+  const pid_t child = fork();
+  const int rank = child == 0 ? 1 : 0;
+  int gen = 0;
+  const int64_t kWideBytes = 1 << 20;
+  CHECK(cudaSetDevice(rank));
+  char* mem = nullptr;
+  CHECK(cudaMalloc(&mem, (8 << 20) + (1 << 16)));
+  CHECK(cudaMemset(mem, 0, (8 << 20) + (1 << 16)));
+  CHECK(cudaIpcGetMemHandle(&sh->handle[rank], mem));
+  barrier(sh, rank, gen);
+  char* peer = nullptr;
+  CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&peer), sh->handle[1 - rank], cudaIpcMemLazyEnablePeerAccess));
+  auto carve = [](char* m, Args& a, WideArgs& w) {
+    a.counter = reinterpret_cast<uint64_t*>(m);
+    a.own_flag = reinterpret_cast<uint64_t*>(m + 256);
+    a.input = reinterpret_cast<const uint64_t*>(m + 4096);
+    a.output = reinterpret_cast<uint64_t*>(m + 8192);
+    a.own_lines = reinterpret_cast<uint4*>(m + 16384);
+    a.own_done = reinterpret_cast<uint64_t*>(m + 1024);
+    w.counter = reinterpret_cast<uint64_t*>(m + 512);
+    w.input = m + (1 << 16);
+    w.output = m + (1 << 16) + (1 << 20);
+    w.own_lines = m + (1 << 16) + (2 << 20);
+    w.bytes = 1 << 20;
+  };
+  Args a{}, pa{};
+  WideArgs w{}, pw{};
+  carve(mem, a, w);
+  carve(peer, pa, pw);
+  a.peer_flag = pa.own_flag;
+  a.peer_lines = pa.own_lines;
+  a.peer_done = pa.own_done;
+  w.peer_lines = pw.own_lines;
+  std::vector<uint16_t> in(kWideBytes / 2);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint16_t>(0x3f80 + (i * 7 + rank) % 13);
+  CHECK(cudaMemcpy(const_cast<char*>(w.input), in.data(), kWideBytes, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(const_cast<uint64_t*>(a.input), in.data(), 1024, cudaMemcpyHostToDevice));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  constexpr int kReps = 30;
+  std::vector<cudaEvent_t> ev(2 * kReps);
+  for (auto& e : ev) CHECK(cudaEventCreate(&e));
+  struct Case {
+    const char* name;
+    Variant v;
+    int pdl;
+    int blocks;
+    int done_mode;
+  };
+  const Case cases[] = {{"empty+pdl", kEmpty, 1, 1, 0},       {"ping+pdl", kPing, 1, 1, 0},
+                        {"line1k+pdl", kLine, 1, 1, 0},       {"line1k", kLine, 0, 1, 0},
+                        {"line1k+pdl+param", kLineParam, 1, 1, 0}, {"line1k+pdl+done", kLine, 1, 1, 1},
+                        {"line1k+pdl+done_nowait", kLine, 1, 1, 2}, {"line1k+pdl+done_early", kLine, 1, 1, 3},
+                        {"wide1m+pdl/128", kWide, 1, 128, 0}};
+  if (rank == 0)
+    std::printf("# nvlink_floor procs: 2 processes (CUDA IPC), %d kernels per graph, time per kernel (us), median of "
+                "%d queued replays, max over ranks\n%-20s %10s %10s %10s\n",
+                n_ops, kReps, "variant", "median", "min", "max");
+  for (const Case& c : cases) {
+    Args x = a;
+    x.pdl = c.pdl;
+    x.done_mode = c.done_mode;
+    // Done words start at this case's sequence: earlier cases raised none (both ranks ran the same kernels).
+    CHECK(cudaStreamSynchronize(s));
+    barrier(sh, rank, gen);
+    CHECK(cudaMemcpy(a.own_done, a.counter, 8, cudaMemcpyDeviceToDevice));
+    CHECK(cudaDeviceSynchronize());
+    barrier(sh, rank, gen);
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n_ops; ++i) launch(c.v, x, w, c.blocks, s);
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphDestroy(g));
+    barrier(sh, rank, gen);
+    for (int i = 0; i < 5; ++i) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    barrier(sh, rank, gen);
+    sleep_kernel<<<1, 1, 0, s>>>(4000000);
+    for (int r = 0; r < kReps; ++r) {
+      CHECK(cudaEventRecord(ev[2 * r], s));
+      CHECK(cudaGraphLaunch(exec, s));
+      CHECK(cudaEventRecord(ev[2 * r + 1], s));
+    }
+    CHECK(cudaStreamSynchronize(s));
+    std::vector<double> per;
+    for (int r = 1; r < kReps; ++r) {  // the first replay absorbs the ranks' skew
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
+      per.push_back(1000.0 * ms / n_ops);
+    }
+    std::sort(per.begin(), per.end());
+    sh->median[rank] = per[per.size() / 2];
+    sh->lo[rank] = per.front();
+    sh->hi[rank] = per.back();
+    barrier(sh, rank, gen);
+    if (rank == 0)
+      std::printf("%-20s %10.2f %10.2f %10.2f\n", c.name, std::max(sh->median[0], sh->median[1]),
+                  std::max(sh->lo[0], sh->lo[1]), std::max(sh->hi[0], sh->hi[1]));
+    CHECK(cudaGraphExecDestroy(exec));
+    barrier(sh, rank, gen);
+  }
+  CHECK(cudaIpcCloseMemHandle(peer));
+  if (rank == 1) std::_Exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 int main(int argc, char** argv) {
   const int n_ops = argc > 1 ? std::atoi(argv[1]) : 100;
+  if (argc > 2 && std::strcmp(argv[2], "procs") == 0) return run_procs(n_ops);
   int ndev = 0;
   CHECK(cudaGetDeviceCount(&ndev));
   if (ndev < 2) {
     std::printf("needs 2 GPUs\n");
     return 0;
   }
-  Args a[2];
+  Args a[2] = {};
   WideArgs w[2];
   const int64_t kWideBytes = 1 << 20;
   cudaStream_t s[2];

@@ -1,0 +1,263 @@
+// purlin_floor.cu — purlin's own CUDA datapath without torch: two processes
+// (one per GPU) set up a real SymmetricWorkspace (CUDA IPC), derive SNAC
+// plans with the planner, lower them as CudaGroup::plan_for does for line
+// plans, and time graphs of launch_plan() back to back. Next to
+// nvlink_floor.cu (the same protocol stripped of everything but the lines),
+// the difference is what purlin's kernels cost above the floor, and runtime
+// variants (threads, overlapped launch, line format) locate it without torch,
+// NCCL or a bench in the way (docs/PERFORMANCE.md, session 8).
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90 -Icsrc -DPURLIN_WITH_CUDA benchmarks/probes/purlin_floor.cu \
+//        csrc/atom/cuda/{symmetric_workspace,ipc_peers,nvlink_probe,launch_config,launch_config_sm90,\
+//        device_plan,plan_kernel,plan_kernel_float,plan_kernel_int,plan_kernel_copy}.cu \
+//        csrc/snac/*.cc csrc/common/*.cc -o /tmp/purlin_floor -ldl
+//   /tmp/purlin_floor [ops per graph, default 20]
+#include <cuda_runtime.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "atom/cuda/device_plan.h"
+#include "atom/cuda/plan_kernel.h"
+#include "atom/cuda/symmetric_workspace.h"
+#include "snac/collectives.h"
+#include "snac/plan.h"
+#include "snac/spec.h"
+
+namespace cu = purlin::atom::cuda;
+namespace snac = purlin::snac;
+using purlin::DType;
+using purlin::RedOp;
+
+#define CHECK(x)                                                                                \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
+      std::_Exit(1);                                                                            \
+    }                                                                                           \
+  } while (0)
+
+namespace {
+
+struct Shared {  // MAP_SHARED between the two processes
+  std::atomic<int> arrived[2];
+  int len[2];
+  char blob[2][8192];
+  double median[2], lo[2], hi[2];
+  int wrong[2];
+};
+
+void barrier(Shared* sh, int rank, int& gen) {
+  ++gen;
+  sh->arrived[rank].store(gen);
+  while (sh->arrived[1 - rank].load() < gen) {
+  }
+}
+
+__global__ void sleep_kernel(uint64_t ns) {
+  uint64_t t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 >= ns) break;
+  }
+}
+
+struct Case {
+  const char* name;
+  const char* op;     // all_reduce, broadcast, all_gather
+  int64_t bytes;      // per rank (all_gather: input per rank)
+  int threads;        // 0: the workspace's
+  bool overlap;
+};
+
+// bf16 helpers for the check (inputs are small integers: sums are exact).
+uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int n_ops = argc > 1 ? std::atoi(argv[1]) : 20;
+  setvbuf(stdout, nullptr, _IONBF, 0);
+  auto* sh = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  new (sh) Shared{};
+  const pid_t child = fork();
+  const int rank = child == 0 ? 1 : 0, world = 2;
+  int gen = 0;
+  CHECK(cudaSetDevice(rank));
+  auto exchange = [&](const std::string&, const std::string& mine) {
+    std::memcpy(sh->blob[rank], mine.data(), mine.size());
+    sh->len[rank] = static_cast<int>(mine.size());
+    barrier(sh, rank, gen);
+    std::vector<std::string> all{std::string(sh->blob[0], sh->len[0]), std::string(sh->blob[1], sh->len[1])};
+    barrier(sh, rank, gen);
+    return all;
+  };
+  cu::SymmetricWorkspace::Options opt;
+  opt.rank = rank;
+  opt.world = world;
+  opt.device = rank;
+  opt.workspace_bytes = 64 << 20;
+  opt.line_max_bytes = 1 << 20;
+  opt.parity_max_bytes = 0;
+  opt.line_format = cu::LineFormat::Auto;
+  std::string why;
+  auto ws = cu::SymmetricWorkspace::create(opt, exchange, &why);
+  if (!ws) {
+    std::fprintf(stderr, "rank %d: no workspace: %s\n", rank, why.c_str());
+    std::_Exit(1);
+  }
+  const int64_t esize = 2;  // bf16
+  char* buf = nullptr;
+  CHECK(cudaMalloc(&buf, 8 << 20));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  constexpr int kReps = 30;
+  std::vector<cudaEvent_t> ev(2 * kReps);
+  for (auto& e : ev) CHECK(cudaEventCreate(&e));
+  const int T = ws->threads();
+  const Case cases[] = {
+      {"all_reduce 1K", "all_reduce", 1 << 10, 0, true},      {"all_reduce 1K pdl=0", "all_reduce", 1 << 10, 0, false},
+      {"all_reduce 1K 128thr", "all_reduce", 1 << 10, 128, true}, {"all_reduce 64K", "all_reduce", 64 << 10, 0, true},
+      {"all_reduce 1M", "all_reduce", 1 << 20, 0, true},      {"broadcast 1K", "broadcast", 1 << 10, 0, true},
+      {"all_gather 1K", "all_gather", 1 << 10, 0, true},
+  };
+  if (rank == 0)
+    std::printf("# purlin_floor: purlin's line plans, 2 processes (CUDA IPC), bf16, %d launches per graph, time per "
+                "launch (us), median of %d queued replays, max over ranks; workspace: %d threads, %s lines\n"
+                "%-24s %8s %8s %8s %6s %8s %s\n",
+                n_ops, kReps - 1, T, ws->line_format() == cu::LineFormat::Wide ? "wide" : "narrow (auto)", "case",
+                "median", "min", "max", "blocks", "#wrong", "protocol");
+  for (const Case& c : cases) {
+    const int64_t n = c.bytes / esize;
+    const bool reduces = std::strcmp(c.op, "all_reduce") == 0;
+    const bool gather = std::strcmp(c.op, "all_gather") == 0;
+    const snac::Spec spec = reduces ? snac::all_reduce(world, n, RedOp::Sum)
+                            : gather ? snac::all_gather(world, n)
+                                     : snac::broadcast(world, n, 0);
+    // As CudaGroup::plan_for for a line plan: one-round one-shot push plan in one parity of the line region.
+    const int64_t lbytes = snac::max_rank_elems(spec) * esize;
+    snac::PlanOptions o;
+    o.direct_local = true;
+    o.reduce_algo = snac::ReduceAlgo::OneShot;
+    o.push = true;
+    const bool wide = ws->line_format() == cu::LineFormat::Wide && lbytes > (256 << 10);
+    o.align_elems = (wide ? cu::kWideAlignBytes : cu::kPartBytes) / esize;
+    o.slot_elems = ws->line_slot_elems(esize, wide) / o.align_elems * o.align_elems;
+    const snac::Plan plan = snac::make_plan(spec, rank, o);
+    if (plan.rounds != 1) {
+      std::fprintf(stderr, "%s: %d rounds, not a line plan\n", c.name, plan.rounds);
+      std::_Exit(1);
+    }
+    const int blocks = ws->launch_config().line_blocks_for(lbytes);
+    if (rank == 0 && &c == &cases[0]) std::printf("# rank 0's plan for %s:\n%s", c.name, plan.describe().c_str());
+    const cu::DevicePlan dp = cu::lower_plan(plan, blocks, esize, reduces || !gather ? cu::IoAlias::Same : cu::IoAlias::Disjoint,
+                                             0, wide ? cu::Partition::WideLines : cu::Partition::Parts);
+    cu::InlinePlan inl;
+    cu::to_inline(dp, &inl);
+    char* in = buf;
+    char* out = gather ? buf + (4 << 20) : buf;
+    cu::PlanLaunch l;
+    l.inline_plan = &inl;
+    l.n_ops = static_cast<int>(dp.ops.size());
+    l.steps = dp.steps;
+    l.local_syncs = dp.local_syncs;
+    l.reduces = reduces;
+    l.input = in;
+    l.output = out;
+    l.self = ws->self();
+    l.layout = ws->layout();
+    l.err = ws->error_device();
+    l.rank = rank;
+    l.dtype = DType::BFloat16;
+    l.redop = RedOp::Sum;
+    l.timeout_ns = 20000000000ull;
+    l.op_name = cu::intern_name(c.op);
+    l.threads = c.threads ? c.threads : T;
+    l.blocks = blocks;
+    l.lines = true;
+    l.wide_lines = wide;
+    l.call_sig = 0x5157ull;
+    l.overlap = c.overlap;
+    // Check once eagerly: inputs rank + 1 + i % 5 (small integers), the result exact.
+    std::vector<uint16_t> host(n), got(gather ? 2 * n : n);
+    for (int64_t i = 0; i < n; ++i) host[i] = to_bf16(static_cast<float>(rank + 1 + i % 5));
+    CHECK(cudaMemcpy(in, host.data(), n * esize, cudaMemcpyHostToDevice));
+    barrier(sh, rank, gen);
+    CHECK(cu::launch_plan(l, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(got.data(), out, got.size() * esize, cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
+      const int64_t j = i % n;
+      const float want = reduces ? static_cast<float>(3 + 2 * (j % 5))
+                         : gather ? static_cast<float>(i / n + 1 + j % 5)
+                                  : static_cast<float>(1 + j % 5);
+      wrong += from_bf16(got[i]) != want;
+    }
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n_ops; ++i) CHECK(cu::launch_plan(l, s));
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphDestroy(g));
+    barrier(sh, rank, gen);
+    for (int i = 0; i < 5; ++i) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    barrier(sh, rank, gen);
+    sleep_kernel<<<1, 1, 0, s>>>(4000000);
+    for (int r = 0; r < kReps; ++r) {
+      CHECK(cudaEventRecord(ev[2 * r], s));
+      CHECK(cudaGraphLaunch(exec, s));
+      CHECK(cudaEventRecord(ev[2 * r + 1], s));
+    }
+    CHECK(cudaStreamSynchronize(s));
+    std::vector<double> per;
+    for (int r = 1; r < kReps; ++r) {  // the first replay absorbs the ranks' skew
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
+      per.push_back(1000.0 * ms / n_ops);
+    }
+    std::sort(per.begin(), per.end());
+    sh->median[rank] = per[per.size() / 2];
+    sh->lo[rank] = per.front();
+    sh->hi[rank] = per.back();
+    sh->wrong[rank] = wrong;
+    barrier(sh, rank, gen);
+    if (rank == 0)
+      std::printf("%-24s %8.2f %8.2f %8.2f %6d %8d %s\n", c.name, std::max(sh->median[0], sh->median[1]),
+                  std::max(sh->lo[0], sh->lo[1]), std::max(sh->hi[0], sh->hi[1]), blocks, sh->wrong[0] + sh->wrong[1],
+                  wide ? "wide lines" : "lines");
+    CHECK(cudaGraphExecDestroy(exec));
+    barrier(sh, rank, gen);
+  }
+  CHECK(cudaStreamSynchronize(s));
+  ws.reset();
+  if (rank == 1) std::_Exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}

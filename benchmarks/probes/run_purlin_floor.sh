@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# run_purlin_floor.sh — builds benchmarks/probes/purlin_floor.cu against purlin's
+# CUDA Atom and runs it, once as the sources are and once per ablation: a copy
+# of csrc/ with one change to the line kernel (ABLATIONS, names below), so a
+# difference in time per launch is that change's cost. Probes only: an
+# ablation breaks a guarantee (reuse wait, Done, bounded waits), never ship one.
+#   bash benchmarks/probes/run_purlin_floor.sh [ops per graph]     (on a 2-GPU machine; ~1 min on 16 cores)
+# ABLATIONS (default: all): nowait (no Done wait at a line launch's start),
+#   nodone (no Done stores to peers at its end: the reuse wait then hangs
+#   until the timeout breaks the group, so only its first case means
+#   anything), nowait_nodone (both), spin (line waits without the timer and
+#   the mismatch checks).
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+NVCC="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+W="${PURLIN_FLOOR_DIR:-/tmp/purlin_floor}"
+rm -rf "$W" && mkdir -p "$W/base"
+FLAGS=(-std=c++17 -O3 -arch=sm_90 -DPURLIN_WITH_CUDA)
+COMMON="symmetric_workspace ipc_peers nvlink_probe launch_config launch_config_sm90 device_plan plan_kernel plan_kernel_int plan_kernel_copy"
+# Ablated copies of csrc/ (python: exact-text replacements that must match once).
+python3 - "$W" <<'EOF'
+import pathlib, shutil, sys
+w = pathlib.Path(sys.argv[1])
+NOWAIT = ("atom/cuda/line_kernel.cuh",
+          "      if (seen < pbase && *reinterpret_cast<const volatile uint64_t*>(broken) == 0)",
+          "      if (false)")
+NODONE = ("atom/cuda/plan_kernel.cuh",
+          "        if (line_run) ptx::st_relaxed_sys(done, next);",
+          "        if (line_run) {}")
+SPIN = ("atom/cuda/flagged_line.cuh",
+        "  const uint64_t t0 = ptx::globaltimer_ns();\n  uint64_t foreign_since = 0;",
+        "  for (;;) {\n    r = line_load(line);\n    if (r.f0 == f.f0 && r.f1 == f.f1) {\n      *out = r.payload;\n"
+        "      return true;\n    }\n  }\n  const uint64_t t0 = ptx::globaltimer_ns();\n  uint64_t foreign_since = 0;")
+edits = {"nowait": [NOWAIT], "nodone": [NODONE], "nowait_nodone": [NOWAIT, NODONE], "spin": [SPIN]}
+for name, changes in edits.items():
+    dst = w / name / "csrc"
+    shutil.copytree("csrc", dst)
+    for path, old, new in changes:
+        text = (dst / path).read_text()
+        assert text.count(old) == 1, (name, "pattern must match once")
+        (dst / path).write_text(text.replace(old, new))
+EOF
+ABL="${ABLATIONS:-nowait nodone nowait_nodone spin}"
+for f in $COMMON; do echo "csrc/atom/cuda/$f.cu"; done >"$W/cu.list"
+for f in snac/planner snac/spec snac/collectives common/types; do echo "csrc/$f.cc"; done >"$W/cc.list"
+export NVCC
+{
+  while read -r f; do echo "$f csrc $W/base/$(basename "$f").o"; done <"$W/cu.list"
+  while read -r f; do echo "$f csrc $W/base/$(basename "$f").o"; done <"$W/cc.list"
+  echo "benchmarks/probes/purlin_floor.cu csrc $W/base/purlin_floor.o"
+  echo "csrc/atom/cuda/plan_kernel_float.cu csrc $W/base/plan_kernel_float.o"
+  for a in $ABL; do mkdir -p "$W/$a/obj"; echo "$W/$a/csrc/atom/cuda/plan_kernel_float.cu $W/$a/csrc $W/$a/obj/plan_kernel_float.o"; done
+} | FLAGS_STR="${FLAGS[*]}" xargs -P "$(nproc)" -L 1 sh -c '"$NVCC" $FLAGS_STR -I"$1" -x cu -c "$0" -o "$2" || echo "BUILD FAILED: $0"' 
+shared=()
+for f in $COMMON; do shared+=("$W/base/$f.cu.o"); done
+for f in planner spec collectives types; do shared+=("$W/base/$f.cc.o"); done
+"$NVCC" -arch=sm_90 "$W/base/purlin_floor.o" "${shared[@]}" "$W/base/plan_kernel_float.o" -o "$W/base/run" -ldl || echo "LINK FAILED: base"
+for a in $ABL; do
+  "$NVCC" -arch=sm_90 "$W/base/purlin_floor.o" "${shared[@]}" "$W/$a/obj/plan_kernel_float.o" -o "$W/$a/run" -ldl || echo "LINK FAILED: $a"
+done
+for v in base $ABL; do
+  echo "== $v"
+  timeout 60 "$W/$v/run" "${1:-20}"
+done
