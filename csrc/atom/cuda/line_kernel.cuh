@@ -158,18 +158,14 @@ __device__ bool line_op(const KernelParams& p, char* const* lines, const DevOp& 
 }  // namespace detail
 
 template <class T, bool kWide>
-__global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ KernelParams params) {
+__global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ KernelParams p) {
   __shared__ uint64_t s_state[4];
   __shared__ char* s_lines[kMaxWorld];
-  __shared__ uint64_t s_params[kParamWords];
   const int tid = threadIdx.x, G = static_cast<int>(gridDim.x);
-  detail::stage_params(params, s_params);  // NOTE [staged parameters]: before the wait, it reads no global memory
-  ptx::griddep_wait();  // NOTE [overlapped launch]: before any global memory access
-  ptx::griddep_launch_dependents();
-  __syncthreads();
-  const KernelParams& p = *reinterpret_cast<const KernelParams*>(s_params);
   const PadLayout& L = p.layout;
   const uint64_t* broken = p.pad + L.broken();
+  ptx::griddep_wait();  // NOTE [overlapped launch]: before any global memory access
+  ptx::griddep_launch_dependents();
   // One memory latency before the first store, not three: thread 0 reads the
   // launch state while thread q (< world) reads what it needs itself, the
   // line parity and peer q's region, and polls peer q's Done word for the

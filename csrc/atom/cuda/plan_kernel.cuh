@@ -98,21 +98,6 @@ struct KernelParams {
   int parity;            // 1: a parity plan (NOTE [parity plans])
 };
 
-// NOTE [staged parameters] A kernel parameter read is a constant-bank read;
-//   the bank is filled from memory on its first use in each multiprocessor,
-//   one miss per line touched, and the kernels touched theirs in a chain of
-//   dependent reads (the layout, then the pad's words; each op, then its
-//   sources). In a CUDA graph every launch starts with a cold bank: on 2x
-//   H200 a 1 KB line all_reduce took 5.9 us per launch against 1.8 us for the
-//   same protocol with a few parameters (benchmarks/probes/, docs/
-//   PERFORMANCE.md session 8). So the line kernel first copies all of its
-//   KernelParams into shared memory, every thread a word, all misses in
-//   parallel and before griddepcontrol.wait (parameters are not written by the
-//   previous kernel), and reads them from there.
-constexpr int kParamWords = static_cast<int>(sizeof(KernelParams) / sizeof(uint64_t));
-static_assert(sizeof(KernelParams) % sizeof(uint64_t) == 0 && alignof(KernelParams) <= alignof(uint64_t),
-              "KernelParams is copied as 8-byte words");
-
 __device__ __forceinline__ uint64_t call_tag(uint64_t sig, uint64_t base) {
   uint64_t x = sig ^ (base * 0x9E3779B97F4A7C15ull);
   x ^= x >> 31;
@@ -195,14 +180,6 @@ __device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base,
       }
     }
   }
-}
-
-// NOTE [staged parameters]: every thread copies its words of the launch's
-// parameters into `out` (kParamWords words of shared memory); the caller
-// synchronizes the block before reading them.
-__device__ __forceinline__ void stage_params(const KernelParams& params, uint64_t* out) {
-  const uint64_t* in = reinterpret_cast<const uint64_t*>(&params);
-  for (int i = threadIdx.x; i < kParamWords; i += blockDim.x) out[i] = in[i];
 }
 
 // A rank's block-to-block barrier (NOTE [local barriers] in device_plan.h).
