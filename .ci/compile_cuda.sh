@@ -15,4 +15,9 @@ for f in "${srcs[@]}"; do
   done
   echo "compile_cuda: $f ok for sm_80 sm_90 sm_100"
 done
+# The probes (benchmarks/probes/, run on the device only) compile for sm_90, so they do not rot.
+for f in benchmarks/probes/*.cu; do
+  "$NVCC" -std=c++17 -O2 -Icsrc -DPURLIN_WITH_CUDA -gencode "arch=compute_90,code=sm_90" -c "$f" -o "$out/$(basename "$f").o"
+  echo "compile_cuda: $f ok for sm_90"
+done
 rm -rf "$out"

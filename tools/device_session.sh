@@ -123,7 +123,7 @@ if has floor; then
   # The floor under a small collective (no torch, one process, both GPUs): docs/PERFORMANCE.md, session 8.
   "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -std=c++17 -O3 -arch=sm_90 -Icsrc benchmarks/probes/nvlink_floor.cu -o "$LOGS/nvlink_floor" >"$LOGS/floor_build.txt" 2>&1
   say "floor build exit $?"
-  for n in ${FLOOR_RUNS:-20 100 20,procs}; do
+  for n in ${FLOOR_RUNS:-20,procs 100,procs launch}; do
     timeout 60 "$LOGS/nvlink_floor" ${n//,/ } >>"$OUT/nvlink_floor.txt" 2>&1
     say "floor (${n//,/ }) exit $?"
   done

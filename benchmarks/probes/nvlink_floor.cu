@@ -7,6 +7,7 @@
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -Icsrc benchmarks/probes/nvlink_floor.cu -o /tmp/nvlink_floor
 //   /tmp/nvlink_floor [ops per graph, default 100] [procs]
+//   /tmp/nvlink_floor launch        (host time per eager launch, small vs purlin-sized parameters)
 //
 // `procs`: two processes, one per GPU, the peer's buffers mapped through CUDA
 // IPC handles (as purlin, NCCL and torch symmetric memory run), each process
@@ -26,6 +27,10 @@
 //                    a one-shot all_reduce of 1 KB without plan, pad or Done
 //   line1k+pdl+param the same kernel with a 2.7 KB __grid_constant__ parameter
 //                    block, as purlin's KernelParams
+//   line1k+pdl+code4k / code16k / loop4k / loop16k (procs mode)
+//                    line1k+pdl plus 256 / 1024 FMAs before the store, as
+//                    straight-line code (4 / 16 KB of instructions) or in a
+//                    loop: whether a launch pays for the code it runs once
 //   wide1m+pdl/G     a one-shot all_reduce of 1 MB of bf16 per rank on wide
 //                    lines (120 payload bytes + flag in 128, eight lanes per
 //                    line, NOTE [wide lines]) on G blocks x 512 threads: every
@@ -40,6 +45,7 @@
 #include <atomic>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cmath>
@@ -72,6 +78,8 @@ struct Args {
   uint64_t* own_done;   // written by the peer: the last collective it finished (line1k+done*)
   uint64_t* peer_done;
   int done_mode;        // 0 none; 1 Done stored at the end + reuse wait at the start; 2 end, no wait; 3 after the poll
+  int code_fmas;        // line1k+code*: FMAs run before the store (code size test, see code_footprint)
+  int code_unrolled;    // 1: as straight-line code (16 bytes of SASS each), 0: in a one-instruction loop
 };
 
 struct WideArgs {
@@ -107,6 +115,43 @@ __global__ void ping_kernel(Args a) {
   }
 }
 
+// The code-size test (docs/PERFORMANCE.md, session 8): `n` FMAs on four
+// independent chains, either unrolled (n x 16 bytes of instructions, each
+// fetched once per launch) or in a loop (the same work from a few
+// instructions). If a launch pays per instruction line fetched, unrolled
+// costs more than looped by far more than the FMAs' own issue time.
+template <int kN>
+__device__ __forceinline__ float fma_chain_unrolled(float x) {
+  float a = x, b = x + 1.f, c = x + 2.f, d = x + 3.f;
+#pragma unroll
+  for (int i = 0; i < kN / 4; ++i) {
+    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(a));
+    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(b));
+    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(c));
+    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(d));
+  }
+  return a + b + c + d;
+}
+
+__device__ __noinline__ float fma_chain_looped(float x, int n) {
+  float a = x, b = x + 1.f, c = x + 2.f, d = x + 3.f;
+#pragma unroll 1
+  for (int i = 0; i < n / 4; ++i) {
+    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(a));
+    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(b));
+    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(c));
+    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(d));
+  }
+  return a + b + c + d;
+}
+
+__device__ __forceinline__ float code_footprint(const Args& a, float x) {
+  if (a.code_fmas == 0) return 0.f;
+  if (!a.code_unrolled) return fma_chain_looped(x, a.code_fmas);
+  if (a.code_fmas == 256) return fma_chain_unrolled<256>(x);
+  return fma_chain_unrolled<1024>(x);
+}
+
 __device__ __forceinline__ void line1k(const Args& a) {
   begin(a);
   __shared__ uint64_t s_seq;
@@ -119,6 +164,7 @@ __device__ __forceinline__ void line1k(const Args& a) {
       }
   }
   const uint64_t mine = a.input[t];
+  const float burn = code_footprint(a, static_cast<float>(mine & 0xff));
   __syncthreads();
   const uint32_t f = static_cast<uint32_t>(s_seq);
   const int parity = static_cast<int>(s_seq & 1) * 128;  // two halves, as purlin's line parities: no overwrite before read
@@ -146,7 +192,7 @@ __device__ __forceinline__ void line1k(const Args& a) {
     const float s = __uint_as_float(ua) + __uint_as_float(ub);
     out |= static_cast<uint64_t>(__float_as_uint(s) >> 16) << (16 * j);
   }
-  a.output[t] = out;
+  a.output[t] = burn == 12345.f ? 0 : out;  // keeps the FMAs (never equal: inputs are small)
   __syncthreads();
   if (t == 0) {
     *a.counter = s_seq;
@@ -326,11 +372,14 @@ int run_procs(int n_ops) {
     int pdl;
     int blocks;
     int done_mode;
+    int code_fmas = 0, code_unrolled = 0;
   };
   const Case cases[] = {{"empty+pdl", kEmpty, 1, 1, 0},       {"ping+pdl", kPing, 1, 1, 0},
                         {"line1k+pdl", kLine, 1, 1, 0},       {"line1k", kLine, 0, 1, 0},
                         {"line1k+pdl+param", kLineParam, 1, 1, 0}, {"line1k+pdl+done", kLine, 1, 1, 1},
                         {"line1k+pdl+done_nowait", kLine, 1, 1, 2}, {"line1k+pdl+done_early", kLine, 1, 1, 3},
+                        {"line1k+pdl+code4k", kLine, 1, 1, 0, 256, 1}, {"line1k+pdl+loop4k", kLine, 1, 1, 0, 256, 0},
+                        {"line1k+pdl+code16k", kLine, 1, 1, 0, 1024, 1}, {"line1k+pdl+loop16k", kLine, 1, 1, 0, 1024, 0},
                         {"wide1m+pdl/128", kWide, 1, 128, 0}};
   if (rank == 0)
     std::printf("# nvlink_floor procs: 2 processes (CUDA IPC), %d kernels per graph, time per kernel (us), median of "
@@ -340,6 +389,8 @@ int run_procs(int n_ops) {
     Args x = a;
     x.pdl = c.pdl;
     x.done_mode = c.done_mode;
+    x.code_fmas = c.code_fmas;
+    x.code_unrolled = c.code_unrolled;
     // Done words start at this case's sequence: earlier cases raised none (both ranks ran the same kernels).
     CHECK(cudaStreamSynchronize(s));
     barrier(sh, rank, gen);
@@ -388,9 +439,56 @@ int run_procs(int n_ops) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+// Host time per eager launch (no graph): an empty kernel with 16 bytes or
+// 2.9 KB of parameters (purlin's KernelParams is 2872 bytes), with and
+// without the overlapped-launch attribute. Eager collectives are bound by the
+// host on this VM (bench NOTE [eager timing]); this says what the launch
+// itself costs there.
+__global__ void empty_big_kernel(const __grid_constant__ BigParams p) { begin(p.a); }
+
+int run_launch_cost() {
+  CHECK(cudaSetDevice(0));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::printf("# nvlink_floor launch: host time per eager launch of an empty kernel (us), median of 9 runs of 2000\n");
+  for (int big = 0; big < 2; ++big)
+    for (int pdl = 0; pdl < 2; ++pdl) {
+      Args a{};
+      a.pdl = pdl;
+      BigParams b{};
+      b.a = a;
+      cudaLaunchAttribute attr[1] = {};
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(1);
+      cfg.blockDim = dim3(128);
+      cfg.stream = s;
+      cfg.attrs = attr;
+      cfg.numAttrs = pdl;
+      std::vector<double> runs;
+      for (int r = 0; r < 10; ++r) {
+        CHECK(cudaStreamSynchronize(s));
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 2000; ++i) {
+          if (big) CHECK(cudaLaunchKernelEx(&cfg, empty_big_kernel, b));
+          else CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, a));
+        }
+        const auto t1 = std::chrono::steady_clock::now();
+        if (r > 0) runs.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2000);
+      }
+      std::sort(runs.begin(), runs.end());
+      std::printf("%-28s %8.2f\n", big ? (pdl ? "2872 B params + pdl" : "2872 B params") : (pdl ? "16 B params + pdl" : "16 B params"),
+                  runs[runs.size() / 2]);
+    }
+  CHECK(cudaStreamSynchronize(s));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const int n_ops = argc > 1 ? std::atoi(argv[1]) : 100;
   if (argc > 2 && std::strcmp(argv[2], "procs") == 0) return run_procs(n_ops);
+  if (argc > 1 && std::strcmp(argv[1], "launch") == 0) return run_launch_cost();
   int ndev = 0;
   CHECK(cudaGetDeviceCount(&ndev));
   if (ndev < 2) {
