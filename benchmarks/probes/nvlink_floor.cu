@@ -38,11 +38,8 @@
 //                    them with its input: purlin's wide-line plan without the
 //                    plan, pad, Done or call tags (purlin: 11.9 us, session 7)
 #include <cuda_runtime.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <atomic>
 
 #include <algorithm>
 #include <chrono>
@@ -54,17 +51,11 @@
 #include <vector>
 
 #include "atom/cuda/ptx.cuh"
+#include "probe_util.cuh"
 
 namespace ptx = purlin::atom::cuda::ptx;
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#define CHECK PROBE_CHECK
 
 struct Args {
   uint64_t* counter;    // this GPU's kernel sequence (own memory)
@@ -120,15 +111,20 @@ __global__ void ping_kernel(Args a) {
 // fetched once per launch) or in a loop (the same work from a few
 // instructions). If a launch pays per instruction line fetched, unrolled
 // costs more than looped by far more than the FMAs' own issue time.
+// Four FMAs, one per chain, that the compiler may neither fold nor reorder away.
+__device__ __forceinline__ void fma4(float& a, float& b, float& c, float& d) {
+  asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(a));
+  asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(b));
+  asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(c));
+  asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(d));
+}
+
 template <int kN>
 __device__ __forceinline__ float fma_chain_unrolled(float x) {
   float a = x, b = x + 1.f, c = x + 2.f, d = x + 3.f;
 #pragma unroll
   for (int i = 0; i < kN / 4; ++i) {
-    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(a));
-    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(b));
-    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(c));
-    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(d));
+    fma4(a, b, c, d);
   }
   return a + b + c + d;
 }
@@ -137,10 +133,7 @@ __device__ __noinline__ float fma_chain_looped(float x, int n) {
   float a = x, b = x + 1.f, c = x + 2.f, d = x + 3.f;
 #pragma unroll 1
   for (int i = 0; i < n / 4; ++i) {
-    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(a));
-    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(b));
-    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(c));
-    asm volatile("fma.rn.f32 %0, %0, 0f3F800347, 0f3A83126F;" : "+f"(d));
+    fma4(a, b, c, d);
   }
   return a + b + c + d;
 }
@@ -273,15 +266,8 @@ __global__ void __launch_bounds__(512) wide1m_kernel(WideArgs a) {
 enum Variant { kEmpty, kPing, kLine, kLineParam, kWide };
 
 void launch(Variant v, const Args& a, const WideArgs& w, int blocks, cudaStream_t s) {
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(128);
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = a.pdl ? 1 : 0;
+  cudaLaunchAttribute attr;
+  cudaLaunchConfig_t cfg = probe::launch_config(1, 128, s, a.pdl != 0, &attr);
   switch (v) {
     case kEmpty: CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, a)); break;
     case kPing: CHECK(cudaLaunchKernelEx(&cfg, ping_kernel, a)); break;
@@ -300,42 +286,26 @@ void launch(Variant v, const Args& a, const WideArgs& w, int blocks, cudaStream_
   }
 }
 
-__global__ void sleep_kernel(uint64_t ns) {
-  const uint64_t t0 = ptx::globaltimer_ns();
-  while (ptx::globaltimer_ns() - t0 < ns) {
-  }
-}
-
-struct Shared {  // MAP_SHARED between the two processes
-  std::atomic<int> arrived[2];
+struct IpcExchange {  // the procs mode's part of the shared page
   cudaIpcMemHandle_t handle[2];
-  double median[2], lo[2], hi[2];
 };
-
-void barrier(Shared* sh, int rank, int& gen) {
-  ++gen;
-  sh->arrived[rank].store(gen);
-  while (sh->arrived[1 - rank].load() < gen) {
-  }
-}
 
 // One process per GPU; returns the child's exit status to the parent.
 int run_procs(int n_ops) {
   setvbuf(stdout, nullptr, _IONBF, 0);
-  auto* sh = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  new (sh) Shared{};
-  const pid_t child = fork();
-  const int rank = child == 0 ? 1 : 0;
-  int gen = 0;
+  int rank = 0, gen = 0;
+  pid_t child = 0;
+  auto* sh = probe::fork_pair<IpcExchange>(&rank, &child);
+  using probe::barrier;
   const int64_t kWideBytes = 1 << 20;
   CHECK(cudaSetDevice(rank));
   char* mem = nullptr;
   CHECK(cudaMalloc(&mem, (8 << 20) + (1 << 16)));
   CHECK(cudaMemset(mem, 0, (8 << 20) + (1 << 16)));
-  CHECK(cudaIpcGetMemHandle(&sh->handle[rank], mem));
+  CHECK(cudaIpcGetMemHandle(&sh->extra.handle[rank], mem));
   barrier(sh, rank, gen);
   char* peer = nullptr;
-  CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&peer), sh->handle[1 - rank], cudaIpcMemLazyEnablePeerAccess));
+  CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&peer), sh->extra.handle[1 - rank], cudaIpcMemLazyEnablePeerAccess));
   auto carve = [](char* m, Args& a, WideArgs& w) {
     a.counter = reinterpret_cast<uint64_t*>(m);
     a.own_flag = reinterpret_cast<uint64_t*>(m + 256);
@@ -364,8 +334,6 @@ int run_procs(int n_ops) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   constexpr int kReps = 30;
-  std::vector<cudaEvent_t> ev(2 * kReps);
-  for (auto& e : ev) CHECK(cudaEventCreate(&e));
   struct Case {
     const char* name;
     Variant v;
@@ -384,7 +352,7 @@ int run_procs(int n_ops) {
   if (rank == 0)
     std::printf("# nvlink_floor procs: 2 processes (CUDA IPC), %d kernels per graph, time per kernel (us), median of "
                 "%d queued replays, max over ranks\n%-20s %10s %10s %10s\n",
-                n_ops, kReps, "variant", "median", "min", "max");
+                n_ops, kReps - 1, "variant", "median", "min", "max");
   for (const Case& c : cases) {
     Args x = a;
     x.pdl = c.pdl;
@@ -397,39 +365,9 @@ int run_procs(int n_ops) {
     CHECK(cudaMemcpy(a.own_done, a.counter, 8, cudaMemcpyDeviceToDevice));
     CHECK(cudaDeviceSynchronize());
     barrier(sh, rank, gen);
-    cudaGraph_t g;
-    cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < n_ops; ++i) launch(c.v, x, w, c.blocks, s);
-    CHECK(cudaStreamEndCapture(s, &g));
-    CHECK(cudaGraphInstantiate(&exec, g, 0));
-    CHECK(cudaGraphDestroy(g));
-    barrier(sh, rank, gen);
-    for (int i = 0; i < 5; ++i) CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaStreamSynchronize(s));
-    barrier(sh, rank, gen);
-    sleep_kernel<<<1, 1, 0, s>>>(4000000);
-    for (int r = 0; r < kReps; ++r) {
-      CHECK(cudaEventRecord(ev[2 * r], s));
-      CHECK(cudaGraphLaunch(exec, s));
-      CHECK(cudaEventRecord(ev[2 * r + 1], s));
-    }
-    CHECK(cudaStreamSynchronize(s));
-    std::vector<double> per;
-    for (int r = 1; r < kReps; ++r) {  // the first replay absorbs the ranks' skew
-      float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
-      per.push_back(1000.0 * ms / n_ops);
-    }
-    std::sort(per.begin(), per.end());
-    sh->median[rank] = per[per.size() / 2];
-    sh->lo[rank] = per.front();
-    sh->hi[rank] = per.back();
-    barrier(sh, rank, gen);
-    if (rank == 0)
-      std::printf("%-20s %10.2f %10.2f %10.2f\n", c.name, std::max(sh->median[0], sh->median[1]),
-                  std::max(sh->lo[0], sh->lo[1]), std::max(sh->hi[0], sh->hi[1]));
-    CHECK(cudaGraphExecDestroy(exec));
+    const probe::Spread t =
+        probe::time_graph_pair(sh, rank, gen, s, n_ops, kReps, [&] { launch(c.v, x, w, c.blocks, s); });
+    if (rank == 0) std::printf("%-20s %10.2f %10.2f %10.2f\n", c.name, t.median, t.lo, t.hi);
     barrier(sh, rank, gen);
   }
   CHECK(cudaIpcCloseMemHandle(peer));
@@ -457,15 +395,8 @@ int run_launch_cost() {
       a.pdl = pdl;
       BigParams b{};
       b.a = a;
-      cudaLaunchAttribute attr[1] = {};
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(1);
-      cfg.blockDim = dim3(128);
-      cfg.stream = s;
-      cfg.attrs = attr;
-      cfg.numAttrs = pdl;
+      cudaLaunchAttribute attr;
+      cudaLaunchConfig_t cfg = probe::launch_config(1, 128, s, pdl != 0, &attr);
       std::vector<double> runs;
       for (int r = 0; r < 10; ++r) {
         CHECK(cudaStreamSynchronize(s));

@@ -13,17 +13,13 @@
 //        csrc/snac/*.cc csrc/common/*.cc -o /tmp/purlin_floor -ldl
 //   /tmp/purlin_floor [ops per graph, default 20]
 #include <cuda_runtime.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -33,47 +29,21 @@
 #include "snac/collectives.h"
 #include "snac/plan.h"
 #include "snac/spec.h"
+#include "probe_util.cuh"
 
 namespace cu = purlin::atom::cuda;
 namespace snac = purlin::snac;
 using purlin::DType;
 using purlin::RedOp;
 
-#define CHECK(x)                                                                                \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      std::_Exit(1);                                                                            \
-    }                                                                                           \
-  } while (0)
+#define CHECK PROBE_CHECK
 
 namespace {
 
-struct Shared {  // MAP_SHARED between the two processes
-  std::atomic<int> arrived[2];
+struct Exchange {  // SymmetricWorkspace's setup exchange, through the shared page
   int len[2];
   char blob[2][8192];
-  double median[2], lo[2], hi[2];
-  int wrong[2];
 };
-
-void barrier(Shared* sh, int rank, int& gen) {
-  ++gen;
-  sh->arrived[rank].store(gen);
-  while (sh->arrived[1 - rank].load() < gen) {
-  }
-}
-
-__global__ void sleep_kernel(uint64_t ns) {
-  uint64_t t0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (;;) {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 >= ns) break;
-  }
-}
 
 struct Case {
   const char* name;
@@ -101,17 +71,22 @@ float from_bf16(uint16_t h) {
 int main(int argc, char** argv) {
   const int n_ops = argc > 1 ? std::atoi(argv[1]) : 20;
   setvbuf(stdout, nullptr, _IONBF, 0);
-  auto* sh = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  new (sh) Shared{};
-  const pid_t child = fork();
-  const int rank = child == 0 ? 1 : 0, world = 2;
-  int gen = 0;
+  int rank = 0, gen = 0;
+  const int world = 2;
+  pid_t child = 0;
+  auto* sh = probe::fork_pair<Exchange>(&rank, &child);
+  using probe::barrier;
   CHECK(cudaSetDevice(rank));
   auto exchange = [&](const std::string&, const std::string& mine) {
-    std::memcpy(sh->blob[rank], mine.data(), mine.size());
-    sh->len[rank] = static_cast<int>(mine.size());
+    if (mine.size() > sizeof sh->extra.blob[0]) {
+      std::fprintf(stderr, "setup exchange: %zu bytes do not fit\n", mine.size());
+      std::_Exit(1);
+    }
+    std::memcpy(sh->extra.blob[rank], mine.data(), mine.size());
+    sh->extra.len[rank] = static_cast<int>(mine.size());
     barrier(sh, rank, gen);
-    std::vector<std::string> all{std::string(sh->blob[0], sh->len[0]), std::string(sh->blob[1], sh->len[1])};
+    std::vector<std::string> all{std::string(sh->extra.blob[0], sh->extra.len[0]),
+                                 std::string(sh->extra.blob[1], sh->extra.len[1])};
     barrier(sh, rank, gen);
     return all;
   };
@@ -135,8 +110,6 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   constexpr int kReps = 30;
-  std::vector<cudaEvent_t> ev(2 * kReps);
-  for (auto& e : ev) CHECK(cudaEventCreate(&e));
   const int T = ws->threads();
   const Case cases[] = {
       {"all_reduce 1K", "all_reduce", 1 << 10, 0, true},      {"all_reduce 1K pdl=0", "all_reduce", 1 << 10, 0, false},
@@ -217,41 +190,12 @@ int main(int argc, char** argv) {
                                   : static_cast<float>(1 + j % 5);
       wrong += from_bf16(got[i]) != want;
     }
-    cudaGraph_t g;
-    cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < n_ops; ++i) CHECK(cu::launch_plan(l, s));
-    CHECK(cudaStreamEndCapture(s, &g));
-    CHECK(cudaGraphInstantiate(&exec, g, 0));
-    CHECK(cudaGraphDestroy(g));
-    barrier(sh, rank, gen);
-    for (int i = 0; i < 5; ++i) CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaStreamSynchronize(s));
-    barrier(sh, rank, gen);
-    sleep_kernel<<<1, 1, 0, s>>>(4000000);
-    for (int r = 0; r < kReps; ++r) {
-      CHECK(cudaEventRecord(ev[2 * r], s));
-      CHECK(cudaGraphLaunch(exec, s));
-      CHECK(cudaEventRecord(ev[2 * r + 1], s));
-    }
-    CHECK(cudaStreamSynchronize(s));
-    std::vector<double> per;
-    for (int r = 1; r < kReps; ++r) {  // the first replay absorbs the ranks' skew
-      float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
-      per.push_back(1000.0 * ms / n_ops);
-    }
-    std::sort(per.begin(), per.end());
-    sh->median[rank] = per[per.size() / 2];
-    sh->lo[rank] = per.front();
-    sh->hi[rank] = per.back();
+    const probe::Spread t = probe::time_graph_pair(sh, rank, gen, s, n_ops, kReps, [&] { CHECK(cu::launch_plan(l, s)); });
     sh->wrong[rank] = wrong;
     barrier(sh, rank, gen);
     if (rank == 0)
-      std::printf("%-24s %8.2f %8.2f %8.2f %6d %8d %s\n", c.name, std::max(sh->median[0], sh->median[1]),
-                  std::max(sh->lo[0], sh->lo[1]), std::max(sh->hi[0], sh->hi[1]), blocks, sh->wrong[0] + sh->wrong[1],
-                  wide ? "wide lines" : "lines");
-    CHECK(cudaGraphExecDestroy(exec));
+      std::printf("%-24s %8.2f %8.2f %8.2f %6d %8d %s\n", c.name, t.median, t.lo, t.hi, blocks,
+                  sh->wrong[0] + sh->wrong[1], wide ? "wide lines" : "lines");
     barrier(sh, rank, gen);
   }
   CHECK(cudaStreamSynchronize(s));
