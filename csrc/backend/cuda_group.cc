@@ -127,19 +127,12 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   } catch (const std::exception& e) {
     my_error = e.what();
   }
-  const std::string why = agree_on_setup(store_rendezvous(store_), "purlin/cuda/setup/agree/", rank_, world_, my_error);
+  const Rendezvous rdv = store_rendezvous(store_);
+  const std::string why = agree_on_setup(rdv, "purlin/cuda/setup/agree/", rank_, world_, my_error);
   if (!why.empty()) throw std::runtime_error(why);
-  auto st = store_;
   const int me = rank_, W = world_;
-  exchange_ = [st, me, W](const std::string& tag, const std::string& mine) {
-    const std::string key = "purlin/cuda/setup/" + tag + "/";
-    st->set(key + std::to_string(me), std::vector<uint8_t>(mine.begin(), mine.end()));
-    std::vector<std::string> all(W);
-    for (int r = 0; r < W; ++r) {
-      const std::vector<uint8_t> v = r == me ? std::vector<uint8_t>(mine.begin(), mine.end()) : st->get(key + std::to_string(r));
-      all[r].assign(v.begin(), v.end());
-    }
-    return all;
+  exchange_ = [rdv, me, W](const std::string& tag, const std::string& mine) {
+    return all_gather(rdv, "purlin/cuda/setup/" + tag + "/", me, W, mine);
   };
   std::unique_ptr<cu::SymmetricWorkspace> ws = cu::SymmetricWorkspace::create(opt, exchange_, &unavailable_);
   if (!ws) {

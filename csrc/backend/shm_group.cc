@@ -9,6 +9,14 @@
 
 namespace purlin::backend {
 
+std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& key, int rank, int world,
+                                    const std::string& mine) {
+  rdv.set(key + std::to_string(rank), mine);
+  std::vector<std::string> all(world);
+  for (int r = 0; r < world; ++r) all[r] = r == rank ? mine : rdv.get(key + std::to_string(r));
+  return all;
+}
+
 std::unique_ptr<atom::CpuAtom> make_shm_group(const std::string& purpose, int rank, int world, size_t workspace_bytes,
                                               size_t meta_bytes, std::chrono::milliseconds timeout,
                                               const Rendezvous& rdv) {
@@ -24,11 +32,9 @@ std::unique_ptr<atom::CpuAtom> make_shm_group(const std::string& purpose, int ra
     token = rdv.get(key + "token");
   }
   auto a = std::make_unique<atom::CpuAtom>(token, rank, world, workspace_bytes, meta_bytes, timeout);
-  rdv.set(key + "created/" + std::to_string(rank), "1");
-  for (int r = 0; r < world; ++r) rdv.get(key + "created/" + std::to_string(r));
+  all_gather(rdv, key + "created/", rank, world, "1");  // every segment exists
   a->attach_peers();
-  rdv.set(key + "attached/" + std::to_string(rank), "1");
-  for (int r = 0; r < world; ++r) rdv.get(key + "attached/" + std::to_string(r));
+  all_gather(rdv, key + "attached/", rank, world, "1");  // every peer mapped ours
   a->unlink_own();
   return a;
 }

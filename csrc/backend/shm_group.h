@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace purlin::atom {
 class CpuAtom;
@@ -24,6 +25,11 @@ struct Rendezvous {
   std::function<void(const std::string& key, const std::string& value)> set;
   std::function<std::string(const std::string& key)> get;  // blocks until set (bounded by the store timeout)
 };
+
+// Publishes `mine` under key + rank and returns every rank's value, in rank
+// order (a rank's own without a round trip); waits as Rendezvous::get does.
+std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& key, int rank, int world,
+                                    const std::string& mine);
 
 // Every rank creates its segment, all attach, then each unlinks its own name:
 // from then on nothing is left in /dev/shm, even if a process is killed
