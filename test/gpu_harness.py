@@ -12,15 +12,49 @@ process start-up and NCCL initialisation once.
 The worker is called as worker(rank, world, init_file, log_path). Workers
 share assert_equal (exact comparison naming the first differing element) and
 purlin_group (a group whose CUDA engine is created under given env settings).
+
+Ranks sharing a GPU (NOTE [shared GPU] in csrc/atom/cuda/symmetric_workspace.h):
+with fewer GPUs than ranks, a suite runs only under TORCH_PURLIN_CUDA_SHARE_GPU=1
+(start CUDA MPS first: tools/device_session.sh does for NPROC > GPUs); rank r
+then uses GPU r % count, and NCCL, which refuses such groups, is no reference:
+workers check against the CPU references only and skip NCCL-only families
+(Runner.skip, reported by pytest as skipped).
 """
 import json
 import os
 import time
 import traceback
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+SHARE_ENV = "TORCH_PURLIN_CUDA_SHARE_GPU"
+
+
+def gpus_missing(world):
+    """Why `world` ranks cannot run on this machine's GPUs ("" if they can)."""
+    if not torch.cuda.is_available():
+        return "needs CUDA"
+    n = torch.cuda.device_count()
+    if n >= world or os.environ.get(SHARE_ENV) == "1":
+        return ""
+    return f"needs {world} GPUs, or {SHARE_ENV}=1 under CUDA MPS to share the {n} here"
+
+
+def shares_gpu(world):
+    """Whether ranks share GPUs (then NCCL cannot be the reference)."""
+    return torch.cuda.device_count() < world
+
+
+def device_of(rank):
+    return rank % torch.cuda.device_count()
+
+
+def default_backend(world):
+    """The default group's backends: NCCL as the reference unless ranks share GPUs."""
+    return "cpu:gloo" if shares_gpu(world) else "cpu:gloo,cuda:nccl"
 
 
 def assert_equal(got, want, what):
@@ -76,6 +110,12 @@ class Runner:
                                    "s": round(time.time() - t0, 4)}) + "\n")
         self.out.flush()
 
+    def skip(self, reason):
+        """Records that the current family does not run here, and why (pytest reports it as skipped)."""
+        self.out.write(json.dumps({"family": self.family, "case": "skipped", "rank": self.rank, "error": None,
+                                   "skipped": reason}) + "\n")
+        self.out.flush()
+
 
 def run_suite(name, worker, world, timeout_s, tmp_dir):
     """Spawns the workers, waits at most timeout_s, returns {rows, exitcodes, hung}.
@@ -111,6 +151,11 @@ def check_family(suite, family):
     rows = [r for r in suite["rows"] if r["family"] == family]
     failed = [r for r in rows if r["error"]]
     assert rows, f"no {family} case ran (exit codes {suite['exitcodes']}, hung ranks {suite['hung']})"
+    skipped = [r for r in rows if r.get("skipped")]
+    if skipped:
+        assert len(skipped) == len(rows) == suite["world"], \
+            f"{family}: skipped by {len(skipped)} of {len(rows)} case results (every rank skips it or none)"
+        pytest.skip(skipped[0]["skipped"])
     names = {r["case"] for r in rows}
     per_rank = {r: sum(1 for x in rows if x["rank"] == r) for r in range(suite["world"])}
     assert not failed, f"{len(failed)} of {len(rows)} {family} case results failed; first:\n" + "\n".join(

@@ -75,3 +75,18 @@ def test_nvlink_probe_refuses_unknown_gpus(tmp_path):
     assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "0 failed" in r.stdout and "refused: " in r.stdout, r.stdout + r.stderr
+
+
+def test_workspace_probe_rules(tmp_path):
+    """The setup probes of a CUDA group (workspace_probe.h): encoding, one host, one GPU per rank unless every
+    rank sets TORCH_PURLIN_CUDA_SHARE_GPU=1 (NOTE [shared GPU]), and the SM budget of ranks sharing a GPU."""
+    if not shutil.which("g++"):
+        pytest.skip("g++ is required")
+    exe = tmp_path / "test_workspace_probe"
+    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), "-x", "c++",
+           str(ROOT / "csrc/atom/cuda/workspace_probe.cu"), "-x", "none", str(ROOT / "test/cpp/test_workspace_probe.cc"),
+           "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip().endswith("0 failed"), r.stdout + r.stderr

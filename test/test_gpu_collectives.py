@@ -1,6 +1,7 @@
 """GPU tests of purlin's native CUDA datapath (CUDA IPC workspaces + the plan kernel).
 
-Needs 2 GPUs (skips otherwise). One spawn of two processes, one per GPU, runs
+Needs 2 GPUs (PURLIN_GPU_WORLD; fewer shared under TORCH_PURLIN_CUDA_SHARE_GPU=1 and
+MPS, gpu_harness.py; skips otherwise). One spawn of two processes, one per GPU, runs
 every case in sequence and writes one line per case; the pytest functions
 below then report the cases family by family, so the whole suite pays for
 process start-up and NCCL initialisation once.
@@ -23,7 +24,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import Runner, assert_equal, check_exited_cleanly, check_family, purlin_group, run_suite
+from gpu_harness import (Runner, assert_equal, check_exited_cleanly, check_family, default_backend, device_of,
+                         gpus_missing, purlin_group, run_suite, shares_gpu)
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "240"))
@@ -144,16 +146,17 @@ def _worker(rank, world, init_file, log_path):
     os.environ.setdefault("TORCH_PURLIN_LOG", "1")
     # Purlin's own datapath at every size; the protocol_table family sets its own table.
     os.environ["TORCH_PURLIN_CUDA_NCCL_FROM"] = "none"
-    torch.cuda.set_device(rank)
+    torch.cuda.set_device(device_of(rank))
     import torch_purlin  # noqa: F401  registers "purlin"
 
-    dist.init_process_group("cpu:gloo,cuda:nccl", init_method=f"file://{init_file}", rank=rank, world_size=world,
+    dist.init_process_group(default_backend(world), init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))
     R = Runner(rank, log_path)
-    nccl = dist.group.WORLD
+    shared = shares_gpu(world)  # ranks share GPUs (NOTE [shared GPU]): NCCL refuses them, no NCCL reference
+    nccl = None if shared else dist.group.WORLD
     host = dist.new_group(backend="gloo")
     pg = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
-    dev = torch.device("cuda", rank)
+    dev = torch.device("cuda", device_of(rank))
     W = world
 
     def inputs(n, dtype, op=None):
@@ -168,7 +171,7 @@ def _worker(rank, world, init_file, log_path):
         t = xs[rank].to(dev)
         dist.all_reduce(t, op=make_op(op), group=group)
         assert_reduced(t, xs, op, f"all_reduce{tag} {dtype} {op} n={n}")
-        if nccl_has(dtype, op):
+        if nccl is not None and nccl_has(dtype, op):
             ref = xs[rank].to(dev)
             dist.all_reduce(ref, op=make_op(op), group=nccl)
             assert_close_to(t, ref, xs, op, f"all_reduce{tag} {dtype} {op} n={n} vs NCCL")
@@ -225,9 +228,10 @@ def _worker(rank, world, init_file, log_path):
             inp = xs[rank].to(dev)
         dist.all_gather_into_tensor(out, inp, group=pg)
         assert_equal(out, torch.cat(xs), f"all_gather_into_tensor {dtype} n={n} in_place={in_place}")
-        ref = torch.zeros_like(out)
-        dist.all_gather_into_tensor(ref, xs[rank].to(dev), group=nccl)
-        assert_equal(out, ref, "vs NCCL")
+        if nccl is not None:
+            ref = torch.zeros_like(out)
+            dist.all_gather_into_tensor(ref, xs[rank].to(dev), group=nccl)
+            assert_equal(out, ref, "vs NCCL")
 
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.uint8, torch.bool,
                   torch.complex64):
@@ -259,7 +263,7 @@ def _worker(rank, world, init_file, log_path):
         dist.reduce_scatter_tensor(out, inp, op=make_op(op), group=pg)
         blocks = [x[rank * n:(rank + 1) * n] for x in xs]
         assert_reduced(out, blocks, op, f"reduce_scatter_tensor {dtype} {op} n={n} in_place={in_place}")
-        if nccl_has(dtype, op):
+        if nccl is not None and nccl_has(dtype, op):
             ref = torch.zeros(n, dtype=dtype, device=dev)
             dist.reduce_scatter_tensor(ref, xs[rank].to(dev), op=make_op(op), group=nccl)
             assert_close_to(out, ref, blocks, op, "vs NCCL")
@@ -288,9 +292,10 @@ def _worker(rank, world, init_file, log_path):
             dist.all_to_all_single(out, xs[rank].to(dev), group=pg)
         want = torch.cat([xs[s][sum(splits[s][:rank]):sum(splits[s][:rank + 1])] for s in range(W)])
         assert_equal(out, want, f"all_to_all_single {dtype} k={k} uneven={uneven}")
-        ref = torch.zeros_like(out)
-        dist.all_to_all_single(ref, xs[rank].to(dev), outs, ins, group=nccl)
-        assert_equal(out, ref, "vs NCCL")
+        if nccl is not None:
+            ref = torch.zeros_like(out)
+            dist.all_to_all_single(ref, xs[rank].to(dev), outs, ins, group=nccl)
+            assert_equal(out, ref, "vs NCCL")
 
     for dtype in (torch.float32, torch.bfloat16, torch.int64):
         for k in (1, 3, 1000, 300_001):
@@ -395,9 +400,12 @@ def _worker(rank, world, init_file, log_path):
                        f"reduce_scatter n={n} (64K workspace)")
         a2a = torch.zeros(W * n, device=dev)
         dist.all_to_all_single(a2a, big, group=small)
-        ref = torch.zeros_like(a2a)
-        dist.all_to_all_single(ref, big, group=nccl)
-        assert_equal(a2a, ref, f"all_to_all_single n={n} (64K workspace) vs NCCL")
+        assert_equal(a2a, torch.cat([torch.cat(xs)[rank * n:(rank + 1) * n] + s for s in range(W)]),
+                     f"all_to_all_single n={n} (64K workspace)")
+        if nccl is not None:
+            ref = torch.zeros_like(a2a)
+            dist.all_to_all_single(ref, big, group=nccl)
+            assert_equal(a2a, ref, f"all_to_all_single n={n} (64K workspace) vs NCCL")
 
     for n in (5, 40_000, 500_001):
         R.check(f"copy ops n={n}", small_copy_ops, n)
@@ -585,7 +593,7 @@ def _worker(rank, world, init_file, log_path):
     # -- fallback to NCCL: bool / complex reductions, TORCH_PURLIN_FORCE_FALLBACK --------------------------
     R.family = "fallback"
     os.environ["TORCH_PURLIN_FORCE_FALLBACK"] = "broadcast"
-    fb = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
+    fb = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)  # created on every rank, used only with NCCL
     os.environ.pop("TORCH_PURLIN_FORCE_FALLBACK")
 
     def fallback_case():
@@ -610,7 +618,10 @@ def _worker(rank, world, init_file, log_path):
         assert cnt["broadcast"] == (0, 1), cnt
         assert cnt["all_gather_into_tensor"] == (1, 0), cnt
 
-    R.check("bool/complex reductions and a forced op use NCCL", fallback_case)
+    if shared:
+        R.skip("ranks share a GPU: no NCCL to fall back to (NOTE [shared GPU])")
+    else:
+        R.check("bool/complex reductions and a forced op use NCCL", fallback_case)
 
     # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h) -----------------
     R.family = "protocol_table"
@@ -632,7 +643,42 @@ def _worker(rank, world, init_file, log_path):
         torch.cuda.current_stream().wait_stream(s)
         torch.cuda.synchronize()
 
-    R.check("first NCCL-routed op inside capture: clear error", table_first_nccl_in_capture)
+    def table_ignored_on_shared_gpu():
+        # NOTE [shared GPU]: NCCL refuses the group, so the table's rows are ignored: native at every size,
+        # in a graph too.
+        before = torch_purlin.counters(tb, "cuda")
+        for n in (65537, 300_001):
+            xs = inputs(n, torch.float32, "sum")
+            t = xs[rank].to(dev)
+            dist.all_reduce(t, group=tb)
+            assert torch_purlin.last_launch(tb)["protocol"] != "nccl", torch_purlin.last_launch(tb)
+            assert_reduced(t, xs, "sum", f"table all_reduce n={n} on a shared GPU")
+        full = inputs(W * 20000, torch.float32)
+        out = torch.empty(W * 20000, device=dev)
+        dist.all_to_all_single(out, full[rank].to(dev), group=tb)
+        assert torch_purlin.last_launch(tb)["protocol"] != "nccl", torch_purlin.last_launch(tb)
+        assert_equal(out, torch.cat([f[rank * 20000:(rank + 1) * 20000] for f in full]), "table all_to_all")
+        big = torch.empty(65537, device=dev)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s):
+                dist.all_reduce(big, group=tb)
+        torch.cuda.current_stream().wait_stream(s)
+        xb = inputs(65537, torch.float32, "sum")
+        big.copy_(xb[rank].to(dev))
+        g.replay()
+        torch.cuda.synchronize()
+        assert_reduced(big, xb, "sum", "table all_reduce in a graph on a shared GPU")
+        after = torch_purlin.counters(tb, "cuda")
+        for op in ("all_reduce", "all_to_all_single"):
+            assert after[op][1] == before.get(op, (0, 0))[1], (op, before, after)
+
+    if shared:
+        R.check("ranks sharing a GPU ignore the table's NCCL rows", table_ignored_on_shared_gpu)
+    else:
+        R.check("first NCCL-routed op inside capture: clear error", table_first_nccl_in_capture)
 
     def table_routes():
         def expect(what, nccl_wanted):
@@ -672,7 +718,8 @@ def _worker(rank, world, init_file, log_path):
                for op in ("all_reduce", "all_gather_into_tensor", "all_to_all_single")}
         assert got == {"all_reduce": (2, 2), "all_gather_into_tensor": (1, 1), "all_to_all_single": (1, 1)}, got
 
-    R.check("sizes from the table run on NCCL, others native", table_routes)
+    if not shared:
+        R.check("sizes from the table run on NCCL, others native", table_routes)
 
     def table_graph():
         big = torch.empty(65537, device=dev)   # NCCL (ran eagerly above)
@@ -695,7 +742,8 @@ def _worker(rank, world, init_file, log_path):
             assert_reduced(big, xb, "sum", f"graph replay {rep} (NCCL)")
             assert_reduced(small, xs, "sum", f"graph replay {rep} (purlin)")
 
-    R.check("NCCL-routed and native ops in one CUDA graph", table_graph)
+    if not shared:
+        R.check("NCCL-routed and native ops in one CUDA graph", table_graph)
 
     # -- zero-copy: inputs from the symmetric pool are read in place (NOTE [zero-copy]) ----------------------
     R.family = "zero_copy"
@@ -716,9 +764,10 @@ def _worker(rank, world, init_file, log_path):
             dist.all_reduce(t, group=zc)
             want_proto = "two-shot+zero-copy" if n * t.element_size() >= 8 << 20 else "one-shot"
             assert torch_purlin.last_launch(zc)["protocol"] == want_proto, torch_purlin.last_launch(zc)
-            ref = xs[rank].to(dev)
-            dist.all_reduce(ref, group=nccl)
-            assert_close_to(t, ref, xs, "sum", f"zero-copy all_reduce n={n}")
+            if nccl is not None:
+                ref = xs[rank].to(dev)
+                dist.all_reduce(ref, group=nccl)
+                assert_close_to(t, ref, xs, "sum", f"zero-copy all_reduce n={n}")
             assert_reduced(t, xs, "sum", f"zero-copy all_reduce n={n}")
             return
         inp = sym(W * n if op in ("reduce_scatter_tensor", "all_to_all_single") else n, dtype)
@@ -727,22 +776,23 @@ def _worker(rank, world, init_file, log_path):
         if op == "all_gather_into_tensor":
             out = torch.empty(W * n, dtype=dtype, device=dev)
             dist.all_gather_into_tensor(out, inp, group=zc)
-            ref = torch.empty_like(out)
-            dist.all_gather_into_tensor(ref, full[rank].to(dev), group=nccl)
             assert_equal(out, torch.cat(full), f"zero-copy all_gather n={n}")
         elif op == "reduce_scatter_tensor":
             out = torch.empty(n, dtype=dtype, device=dev)
             dist.reduce_scatter_tensor(out, inp, group=zc)
             assert_reduced(out, [f[rank * n:(rank + 1) * n] for f in full], "sum", f"zero-copy reduce_scatter n={n}")
-            ref = torch.empty_like(out)
-            dist.reduce_scatter_tensor(ref, full[rank].to(dev), group=nccl)
-            assert_close_to(out, ref, [f[rank * n:(rank + 1) * n] for f in full], "sum", "vs NCCL")
+            if nccl is not None:
+                ref = torch.empty_like(out)
+                dist.reduce_scatter_tensor(ref, full[rank].to(dev), group=nccl)
+                assert_close_to(out, ref, [f[rank * n:(rank + 1) * n] for f in full], "sum", "vs NCCL")
         elif op == "all_to_all_single":
             out = torch.empty(W * n, dtype=dtype, device=dev)
             dist.all_to_all_single(out, inp, group=zc)
-            ref = torch.empty_like(out)
-            dist.all_to_all_single(ref, full[rank].to(dev), group=nccl)
-            assert_equal(out, ref, f"zero-copy all_to_all_single n={n}")
+            assert_equal(out, torch.cat([f[rank * n:(rank + 1) * n] for f in full]), f"zero-copy all_to_all_single n={n}")
+            if nccl is not None:
+                ref = torch.empty_like(out)
+                dist.all_to_all_single(ref, full[rank].to(dev), group=nccl)
+                assert_equal(out, ref, f"zero-copy all_to_all_single n={n} vs NCCL")
         elif op == "broadcast":
             dist.broadcast(inp, src=1, group=zc)
             assert_equal(inp, full[1], f"zero-copy broadcast n={n}")
@@ -872,9 +922,11 @@ def _worker(rank, world, init_file, log_path):
         # single-chunk copies, above 512K for all_gather / all_to_all, narrow ones for the rest; wide and
         # narrow take theirs (NOTE [wide lines]). float32: 800 KB or 400 KB per rank (an all_gather's limit
         # counts its output: W x 800/W KB).
-        for group, op, kb, want in ((pg, "all_reduce", 800, "one-shot+wide-lines"),
-                                    (pg, "broadcast", 800, "copy+wide-lines"), (pg, "all_gather", 400, "copy+lines"),
-                                    (pg, "all_gather", 800, "copy+wide-lines"), (wide, "all_gather", 400, "copy+wide-lines"),
+        # Ranks sharing a GPU: auto takes narrow lines only (NOTE [shared GPU]).
+        auto_wide = "lines" if shared else "wide-lines"
+        for group, op, kb, want in ((pg, "all_reduce", 800, "one-shot+" + auto_wide),
+                                    (pg, "broadcast", 800, "copy+" + auto_wide), (pg, "all_gather", 400, "copy+lines"),
+                                    (pg, "all_gather", 800, "copy+" + auto_wide), (wide, "all_gather", 400, "copy+wide-lines"),
                                     (wide, "all_reduce", 800, "one-shot+wide-lines"),
                                     (narrow, "all_reduce", 800, "one-shot+lines"), (narrow, "all_gather", 800, "copy+lines")):
             n = kb * 250 // W if op == "all_gather" else kb * 250
@@ -1308,8 +1360,8 @@ def _worker(rank, world, init_file, log_path):
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
-    if not torch.cuda.is_available() or torch.cuda.device_count() < WORLD:
-        pytest.skip(f"needs {WORLD} GPUs")
+    if gpus_missing(WORLD):
+        pytest.skip(gpus_missing(WORLD))
     return run_suite("collectives", _worker, WORLD, SUITE_TIMEOUT_S, tmp_path_factory.mktemp("purlin_gpu"))
 
 

@@ -1,7 +1,8 @@
 """GPU tests of the copy-engine Atom (csrc/atom/cuda/ce_atom.h): pure-copy
 collectives enqueued as cudaMemcpyAsync + stream memory operations, no kernel.
 
-Needs 2 GPUs (skips otherwise). TORCH_PURLIN_CUDA_CE_BYTES=1 sends every
+Needs 2 GPUs (PURLIN_GPU_WORLD; fewer shared under TORCH_PURLIN_CUDA_SHARE_GPU=1 and MPS,
+then without the NCCL comparisons: gpu_harness.py; skips otherwise). TORCH_PURLIN_CUDA_CE_BYTES=1 sends every
 copyable collective of the purlin groups to the copy-engine path (outside
 CUDA-graph capture); reductions still run on the plan kernel, so the "mixed"
 family interleaves both paths on one workspace (NOTE [copy-engine barriers]).
@@ -24,7 +25,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import Runner, assert_equal, check_exited_cleanly, check_family, purlin_group, run_suite
+from gpu_harness import (Runner, assert_equal, check_exited_cleanly, check_family, default_backend, device_of,
+                         gpus_missing, purlin_group, run_suite, shares_gpu)
 from mp_util import make_input
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
@@ -69,18 +71,18 @@ def _worker(rank, world, init_file, log_path):
     os.environ["TORCH_PURLIN_CUDA_NCCL_FROM"] = "none"  # the Atom at every size (NOTE [protocol table])
     os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"  # small copies too (flagged lines would serve them)
     os.environ["TORCH_PURLIN_CUDA_PARITY_BYTES"] = "0"  # and mid-sized ones (parity plans would)
-    torch.cuda.set_device(rank)
+    torch.cuda.set_device(device_of(rank))
     import torch_purlin  # noqa: F401  registers "purlin"
 
-    dist.init_process_group("cpu:gloo,cuda:nccl", init_method=f"file://{init_file}", rank=rank, world_size=world,
+    dist.init_process_group(default_backend(world), init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))
     R = Runner(rank, log_path)
-    nccl = dist.group.WORLD
+    nccl = None if shares_gpu(world) else dist.group.WORLD  # NCCL refuses ranks sharing a GPU (NOTE [shared GPU])
     host = dist.new_group(backend="gloo")
     pg = purlin_group(PURLIN_TIMEOUT)
     small = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_WORKSPACE_BYTES="64K")
     groups = (("", pg, SIZES), (" (64K workspace)", small, SMALL_SIZES))
-    dev = torch.device("cuda", rank)
+    dev = torch.device("cuda", device_of(rank))
     W = world
 
     def inputs(n, dtype):
@@ -102,9 +104,10 @@ def _worker(rank, world, init_file, log_path):
         what = f"all_gather_into_tensor{tag} {dtype} n={n} in_place={in_place}"
         assert_copy_engine(group, what)
         assert_equal(out, torch.cat(xs), what)
-        ref = torch.zeros_like(out)
-        dist.all_gather_into_tensor(ref, xs[rank].to(dev), group=nccl)
-        assert_equal(out, ref, what + " vs NCCL")
+        if nccl is not None:
+            ref = torch.zeros_like(out)
+            dist.all_gather_into_tensor(ref, xs[rank].to(dev), group=nccl)
+            assert_equal(out, ref, what + " vs NCCL")
 
     for tag, group, sizes in groups:
         for dtype in COPY_DTYPES:
@@ -122,10 +125,12 @@ def _worker(rank, world, init_file, log_path):
         what = f"all_gather{tag} {dtype} n={n}"
         assert_copy_engine(group, what)
         refs = [torch.zeros(n, dtype=dtype, device=dev) for _ in range(W)]
-        dist.all_gather(refs, xs[rank].to(dev), group=nccl)
+        if nccl is not None:
+            dist.all_gather(refs, xs[rank].to(dev), group=nccl)
         for r in range(W):
             assert_equal(outs[r], xs[r], f"{what} block {r}")
-            assert_equal(outs[r], refs[r], f"{what} block {r} vs NCCL")
+            if nccl is not None:
+                assert_equal(outs[r], refs[r], f"{what} block {r} vs NCCL")
 
     for tag, group, sizes in groups:
         for dtype in (torch.float32, torch.int64, torch.bool):
@@ -142,9 +147,10 @@ def _worker(rank, world, init_file, log_path):
         what = f"broadcast{tag} {dtype} n={n} root={root}"
         assert_copy_engine(group, what)
         assert_equal(t, xs[root], what)
-        ref = xs[rank].to(dev)
-        dist.broadcast(ref, src=root, group=nccl)
-        assert_equal(t, ref, what + " vs NCCL")
+        if nccl is not None:
+            ref = xs[rank].to(dev)
+            dist.broadcast(ref, src=root, group=nccl)
+            assert_equal(t, ref, what + " vs NCCL")
 
     for tag, group, sizes in groups:
         for dtype in (torch.float32, torch.bfloat16, torch.uint8, torch.complex64):
@@ -172,9 +178,10 @@ def _worker(rank, world, init_file, log_path):
         assert_copy_engine(group, what)
         want = torch.cat([xs[s][sum(splits[s][:rank]):sum(splits[s][:rank + 1])] for s in range(W)])
         assert_equal(out, want, what)
-        ref = torch.zeros_like(out)
-        dist.all_to_all_single(ref, xs[rank].to(dev), outs, ins, group=nccl)
-        assert_equal(out, ref, what + " vs NCCL")
+        if nccl is not None:
+            ref = torch.zeros_like(out)
+            dist.all_to_all_single(ref, xs[rank].to(dev), outs, ins, group=nccl)
+            assert_equal(out, ref, what + " vs NCCL")
 
     for tag, group, sizes in groups:
         for dtype in (torch.float32, torch.bfloat16, torch.int64):
@@ -192,11 +199,13 @@ def _worker(rank, world, init_file, log_path):
         what = f"gather{tag} {dtype} n={n} root={root}"
         assert_copy_engine(group, what)
         refs = [torch.zeros(n, dtype=dtype, device=dev) for _ in range(W)] if rank == root else None
-        dist.gather(xs[rank].to(dev), refs, dst=root, group=nccl)
+        if nccl is not None:
+            dist.gather(xs[rank].to(dev), refs, dst=root, group=nccl)
         if rank == root:
             for r in range(W):
                 assert_equal(lst[r], xs[r], f"{what} block {r}")
-                assert_equal(lst[r], refs[r], f"{what} block {r} vs NCCL")
+                if nccl is not None:
+                    assert_equal(lst[r], refs[r], f"{what} block {r} vs NCCL")
 
     for tag, group, sizes in groups:
         for dtype in (torch.float32, torch.int8):
@@ -213,9 +222,10 @@ def _worker(rank, world, init_file, log_path):
         what = f"scatter{tag} {dtype} n={n} root={root}"
         assert_copy_engine(group, what)
         assert_equal(out, xs[rank], what)
-        ref = torch.zeros(n, dtype=dtype, device=dev)
-        dist.scatter(ref, [x.to(dev) for x in xs] if rank == root else None, src=root, group=nccl)
-        assert_equal(out, ref, what + " vs NCCL")
+        if nccl is not None:
+            ref = torch.zeros(n, dtype=dtype, device=dev)
+            dist.scatter(ref, [x.to(dev) for x in xs] if rank == root else None, src=root, group=nccl)
+            assert_equal(out, ref, what + " vs NCCL")
 
     for tag, group, sizes in groups:
         for dtype in (torch.float32, torch.bfloat16):
@@ -360,8 +370,8 @@ def _worker(rank, world, init_file, log_path):
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
-    if not torch.cuda.is_available() or torch.cuda.device_count() < WORLD:
-        pytest.skip(f"needs {WORLD} GPUs")
+    if gpus_missing(WORLD):
+        pytest.skip(gpus_missing(WORLD))
     return run_suite("copy_engine", _worker, WORLD, SUITE_TIMEOUT_S, tmp_path_factory.mktemp("purlin_ce"))
 
 

@@ -2,7 +2,9 @@
 
 The GPU files can only run on the device; this checks here that the harness
 collects every rank's case lines, reports a failing case with its rank and
-traceback, notices a rank that ran fewer cases, and flags a worker's exit code.
+traceback, notices a rank that ran fewer cases, reports a family every rank
+skipped as skipped (and one skipped by some ranks only as a failure), and
+flags a worker's exit code.
 """
 import pytest
 
@@ -23,6 +25,13 @@ def _fake_worker(rank, world, init_file, log_path):
     R.family = "short"
     for i in range(2 if rank == 0 else 1):
         R.check(f"case {i}", lambda: None)
+    R.family = "skipped"
+    R.skip("needs NCCL")
+    R.family = "half_skipped"
+    if rank == 0:
+        R.skip("needs NCCL")
+    else:
+        R.check("runs", lambda: None)
     R.out.close()
     raise SystemExit(3 if rank == 1 else 0)
 
@@ -44,6 +53,13 @@ def test_failing_case_names_rank_and_error(suite):
 def test_missing_cases_are_noticed(suite):
     with pytest.raises(AssertionError, match="ranks ran different numbers of cases"):
         check_family(suite, "short")
+
+
+def test_skipped_family(suite):
+    with pytest.raises(pytest.skip.Exception, match="needs NCCL"):
+        check_family(suite, "skipped")
+    with pytest.raises(AssertionError, match="every rank skips it or none"):
+        check_family(suite, "half_skipped")
 
 
 def test_missing_family_and_exit_codes(suite):

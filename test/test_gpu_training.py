@@ -1,6 +1,11 @@
 """DDP and FSDP2 training on 2 GPUs with backend purlin end with the same
 parameters as with NCCL (same processes, same data), and the collectives they
 issued ran natively (counters). Skips cleanly without 2 GPUs.
+
+Ranks sharing a GPU (TORCH_PURLIN_CUDA_SHARE_GPU=1 under MPS, gpu_harness.py):
+NCCL refuses them, so the reference is one process's training on every rank's
+batches (the mean of the ranks' losses: what DDP's and FSDP2's gradient
+averaging computes).
 """
 import os
 import tempfile
@@ -11,12 +16,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from gpu_harness import default_backend, device_of, gpus_missing, shares_gpu
+
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 STEPS = 5
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.device_count() < WORLD, reason=f"needs {WORLD} GPUs"
-)
+pytestmark = pytest.mark.skipif(bool(gpus_missing(WORLD)), reason=gpus_missing(WORLD) or "runs")
 
 
 def model(seed, dev):
@@ -42,6 +47,17 @@ def train(net, data, wrap):
     return m
 
 
+def train_local(net, all_data):
+    """The reference without a backend: every step on all ranks' batches, the mean of their losses."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    for step in range(STEPS):
+        opt.zero_grad()
+        loss = sum(torch.nn.functional.mse_loss(net(d[step][0]), d[step][1]) for d in all_data) / len(all_data)
+        loss.backward()
+        opt.step()
+    return net
+
+
 def full_params(m):
     out = []
     for p in m.parameters():
@@ -55,18 +71,23 @@ def worker(rank, path, result_path):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("cpu:gloo,cuda:nccl", init_method=f"file://{path}", rank=rank, world_size=WORLD,
+    torch.cuda.set_device(device_of(rank))
+    dev = torch.device("cuda", device_of(rank))
+    dist.init_process_group(default_backend(WORLD), init_method=f"file://{path}", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=60))
     purlin = dist.new_group(backend="purlin")
-    nccl = dist.new_group(backend="nccl")
+    shared = shares_gpu(WORLD)  # NOTE [shared GPU]: no NCCL; the reference is train_local
+    nccl = None if shared else dist.new_group(backend="nccl")
     data = batches(rank, dev)
+    all_data = [batches(r, dev) for r in range(WORLD)]
     errors = []
 
     # DDP
-    ref = full_params(train(model(0, dev), data, lambda n: DDP(n, device_ids=[rank], process_group=nccl)))
-    got = full_params(train(model(0, dev), data, lambda n: DDP(n, device_ids=[rank], process_group=purlin)))
+    if shared:
+        ref = full_params(train_local(model(0, dev), all_data))
+    else:
+        ref = full_params(train(model(0, dev), data, lambda n: DDP(n, device_ids=[dev.index], process_group=nccl)))
+    got = full_params(train(model(0, dev), data, lambda n: DDP(n, device_ids=[dev.index], process_group=purlin)))
     for a, b in zip(got, ref):
         if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
             errors.append(f"DDP params differ by {(a - b).abs().max().item()}")
@@ -81,7 +102,7 @@ def worker(rank, path, result_path):
         mesh = DeviceMesh.from_group(group, "cuda")
         return lambda n: fully_shard(n, mesh=mesh)
 
-    ref = full_params(train(model(1, dev), data, fsdp(nccl)))
+    ref = full_params(train_local(model(1, dev), all_data) if shared else train(model(1, dev), data, fsdp(nccl)))
     got = full_params(train(model(1, dev), data, fsdp(purlin)))
     for a, b in zip(got, ref):
         if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):

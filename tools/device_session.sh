@@ -9,7 +9,11 @@
 #   knobs     purlin alone, 64M-1G graph mode, under other workspace sizes and push modes (KNOBS, KNOB_ARGS to override)
 #   host      host time per eager call, purlin vs NCCL (benchmarks/host_overhead.py; + nsys CUDA API summary)
 #   floor     benchmarks/probes/nvlink_floor.cu: per-kernel cost of empty / ping / 1 KB line kernels in a graph
-# NPROC=N runs everything on N ranks / GPUs (default 2).
+#   smoke     test/gpu/smoke.py (20 s) before the suite; a failure skips the suite
+# NPROC=N runs everything on N ranks / GPUs (default 2). With fewer GPUs than
+# ranks (e.g. NPROC=4 on nvidia-h200) the ranks share GPUs: the script starts
+# CUDA MPS and sets TORCH_PURLIN_CUDA_SHARE_GPU=1 (NOTE [shared GPU]); the GPU
+# tests then check against CPU references only (NCCL refuses shared GPUs).
 # A part after `suite` reuses the build when the machine is still warm; if
 # torch_purlin/_C*.so is missing (a fresh machine) and `suite` was not asked
 # for, the build runs alone first. Results come back in at
@@ -30,12 +34,30 @@ parts="${*:-suite sanitize bench sweep}"
 NPROC="${NPROC:-2}"
 export PURLIN_GPU_WORLD="$NPROC"
 has() { [[ " $parts " == *" $1 "* ]]; }
+GPUS="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
+if [ "$NPROC" -gt "${GPUS:-0}" ] && [ "${GPUS:-0}" -gt 0 ]; then
+  # Ranks share GPUs: their kernels wait for each other, so they must run concurrently (MPS).
+  export TORCH_PURLIN_CUDA_SHARE_GPU=1 CUDA_MPS_PIPE_DIRECTORY=/tmp/purlin_mps CUDA_MPS_LOG_DIRECTORY=/tmp/purlin_mps_log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if [ "${PURLIN_MPS:-1}" = 1 ] && ! echo get_server_list | timeout 5 nvidia-cuda-mps-control >/dev/null 2>&1; then
+    timeout 20 nvidia-cuda-mps-control -d
+    echo "MPS started (exit $?)" >>"$LOGS/mps.txt"
+  fi
+fi
 
-say "== device session $(date -u +%F' '%T) UTC: $parts"
-if ! has suite && ! ls torch_purlin/_C*.so >/dev/null 2>&1; then
+say "== device session $(date -u +%F' '%T) UTC: $parts (NPROC=$NPROC on $GPUS GPUs${TORCH_PURLIN_CUDA_SHARE_GPU:+, shared, MPS ${PURLIN_MPS:-1}})"
+if { has smoke || ! has suite; } && ! ls torch_purlin/_C*.so >/dev/null 2>&1; then
   # A fresh machine and no suite asked for: build only (the suite costs ~3 min of device time).
   OUT="$LOGS" PURLIN_BUILD_ONLY=1 bash test/gpu/run_gpu_suite.sh >"$LOGS/suite.txt" 2>&1
   say "build exit $?: $(grep -E "^build:|BUILD FAILED" "$LOGS/suite.txt")"
+fi
+if has smoke; then
+  # 20 s over every collective (closed-form references, any NPROC, shared GPUs too); the suite only if it passed.
+  timeout "${SMOKE_S:-120}" python3 test/gpu/smoke.py >"$LOGS/smoke.txt" 2>&1
+  rc=$?
+  say "smoke exit $rc: $(grep -c "OK " "$LOGS/smoke.txt") OK, $(grep -c FAIL "$LOGS/smoke.txt") FAIL"
+  grep -E "FAIL|Error|error" "$LOGS/smoke.txt" | head -8 >>"$S"
+  [ "$rc" = 0 ] || parts="${parts/suite/}"
 fi
 if has suite; then
   OUT="$LOGS" PURLIN_GPU_DEADLINE_S="${SUITE_S:-400}" bash test/gpu/run_gpu_suite.sh \

@@ -298,7 +298,7 @@ int run_procs(int n_ops) {
   auto* sh = probe::fork_pair<IpcExchange>(&rank, &child);
   using probe::barrier;
   const int64_t kWideBytes = 1 << 20;
-  CHECK(cudaSetDevice(rank));
+  CHECK(cudaSetDevice(probe::device_for(rank)));
   char* mem = nullptr;
   CHECK(cudaMalloc(&mem, (8 << 20) + (1 << 16)));
   CHECK(cudaMemset(mem, 0, (8 << 20) + (1 << 16)));

@@ -48,6 +48,14 @@ Shared<Extra>* fork_pair(int* rank, pid_t* child) {
   return sh;
 }
 
+// The GPU of `rank`: its own where there are two, else both ranks share GPU 0
+// (run under CUDA MPS so that their kernels overlap; NOTE [shared GPU]).
+inline int device_for(int rank) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) return 0;
+  return rank % n;
+}
+
 template <class Extra>
 void barrier(Shared<Extra>* sh, int rank, int& gen) {
   ++gen;

@@ -8,10 +8,11 @@
 // NCCL or a bench in the way (docs/PERFORMANCE.md, session 8).
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -Icsrc -DPURLIN_WITH_CUDA benchmarks/probes/purlin_floor.cu \
-//        csrc/atom/cuda/{symmetric_workspace,ipc_peers,nvlink_probe,launch_config,launch_config_sm90,\
+//        csrc/atom/cuda/{symmetric_workspace,workspace_probe,ipc_peers,nvlink_probe,launch_config,launch_config_sm90,\
 //        device_plan,plan_kernel,plan_kernel_float,plan_kernel_int,plan_kernel_copy}.cu \
 //        csrc/snac/*.cc csrc/common/*.cc -o /tmp/purlin_floor -ldl
-//   /tmp/purlin_floor [ops per graph, default 20]
+//   /tmp/purlin_floor [ops per graph, default 20] [only the cases whose name contains this]
+//   (one GPU: both ranks share it; run under CUDA MPS, NOTE [shared GPU])
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
   pid_t child = 0;
   auto* sh = probe::fork_pair<Exchange>(&rank, &child);
   using probe::barrier;
-  CHECK(cudaSetDevice(rank));
+  CHECK(cudaSetDevice(probe::device_for(rank)));
   auto exchange = [&](const std::string&, const std::string& mine) {
     if (mine.size() > sizeof sh->extra.blob[0]) {
       std::fprintf(stderr, "setup exchange: %zu bytes do not fit\n", mine.size());
@@ -93,7 +94,8 @@ int main(int argc, char** argv) {
   cu::SymmetricWorkspace::Options opt;
   opt.rank = rank;
   opt.world = world;
-  opt.device = rank;
+  opt.device = probe::device_for(rank);
+  opt.share_gpu = true;  // one GPU: both ranks on it (NOTE [shared GPU])
   opt.workspace_bytes = 64 << 20;
   opt.line_max_bytes = 1 << 20;
   opt.parity_max_bytes = 0;
@@ -123,7 +125,9 @@ int main(int argc, char** argv) {
                 "%-24s %8s %8s %8s %6s %8s %s\n",
                 n_ops, kReps - 1, T, ws->line_format() == cu::LineFormat::Wide ? "wide" : "narrow (auto)", "case",
                 "median", "min", "max", "blocks", "#wrong", "protocol");
+  const char* only = argc > 2 ? argv[2] : nullptr;  // run only the cases whose name contains this
   for (const Case& c : cases) {
+    if (only && !std::strstr(c.name, only)) continue;
     const int64_t n = c.bytes / esize;
     const bool reduces = std::strcmp(c.op, "all_reduce") == 0;
     const bool gather = std::strcmp(c.op, "all_gather") == 0;
@@ -150,11 +154,25 @@ int main(int argc, char** argv) {
                                              0, wide ? cu::Partition::WideLines : cu::Partition::Parts);
     cu::InlinePlan inl;
     cu::to_inline(dp, &inl);
+    // PF_DEVICE_PLAN=1: the plan from device memory (as plan_store.h keeps large ones), not the parameters;
+    // kInlineSrcs sources are allocated (run_purlin_floor.sh's smplan_any copies that many).
+    static const bool device_plan = std::getenv("PF_DEVICE_PLAN") && std::atoi(std::getenv("PF_DEVICE_PLAN")) == 1;
+    cu::DevOp* d_ops = nullptr;
+    cu::DevRef* d_srcs = nullptr;
+    if (device_plan) {
+      CHECK(cudaMalloc(&d_ops, sizeof inl.ops));
+      CHECK(cudaMalloc(&d_srcs, sizeof inl.srcs));
+      CHECK(cudaMemcpy(d_ops, inl.ops, sizeof inl.ops, cudaMemcpyHostToDevice));
+      CHECK(cudaMemcpy(d_srcs, inl.srcs, sizeof inl.srcs, cudaMemcpyHostToDevice));
+    }
     char* in = buf;
     char* out = gather ? buf + (4 << 20) : buf;
     cu::PlanLaunch l;
-    l.inline_plan = &inl;
+    l.inline_plan = device_plan ? nullptr : &inl;
+    l.ops = d_ops;
+    l.srcs = d_srcs;
     l.n_ops = static_cast<int>(dp.ops.size());
+    l.n_srcs = static_cast<int>(dp.srcs.size());
     l.steps = dp.steps;
     l.local_syncs = dp.local_syncs;
     l.reduces = reduces;
@@ -196,6 +214,17 @@ int main(int argc, char** argv) {
     if (rank == 0)
       std::printf("%-24s %8.2f %8.2f %8.2f %6d %8d %s\n", c.name, t.median, t.lo, t.hi, blocks,
                   sh->wrong[0] + sh->wrong[1], wide ? "wide lines" : "lines");
+    // run_purlin_floor.sh's `stamps` build leaves clock64() stamps of the last launch at output + 2 MiB.
+    long long st[14] = {};
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(st, out + (2 << 20), sizeof st, cudaMemcpyDeviceToHost));
+    if (rank == 0 && st[0] != 0) {
+      std::printf("  stamps (cycles since entry): griddep_wait %lld, state+reuse wait %lld, ops", st[1] - st[0],
+                  st[2] - st[0]);
+      for (int i = 0; i < st[12] && i < 8; ++i) std::printf(" %lld", st[3 + i] - st[0]);
+      std::printf(", end_launch %lld (SM %lld)\n", st[11] - st[0], st[13]);
+    }
+    CHECK(cudaMemset(out + (2 << 20), 0, sizeof st));
     barrier(sh, rank, gen);
   }
   CHECK(cudaStreamSynchronize(s));

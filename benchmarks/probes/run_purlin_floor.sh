@@ -4,12 +4,15 @@
 # of csrc/ with one change to the line kernel (ABLATIONS, names below), so a
 # difference in time per launch is that change's cost. Probes only: an
 # ablation breaks a guarantee (reuse wait, Done, bounded waits), never ship one.
-#   bash benchmarks/probes/run_purlin_floor.sh [ops per graph]     (on a 2-GPU machine; ~1 min on 16 cores)
+#   bash benchmarks/probes/run_purlin_floor.sh [ops per graph] [case filter]   (~1 min on 16 cores; on
+#   one GPU both ranks share it: start CUDA MPS first, NOTE [shared GPU]; PF_DEVICE_PLAN=1 on the
+#   built $W/<variant>/run passes the plan in device memory)
 # ABLATIONS (default: all): nowait (no Done wait at a line launch's start),
 #   nodone (no Done stores to peers at its end: the reuse wait then hangs
 #   until the timeout breaks the group, so only its first case means
 #   anything), nowait_nodone (both), spin (line waits without the timer and
-#   the mismatch checks).
+#   the mismatch checks), stamps (no change in behaviour: clock64() at the line
+#   kernel's phase boundaries, printed as cycles since entry).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -17,7 +20,7 @@ NVCC="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 W="${PURLIN_FLOOR_DIR:-/tmp/purlin_floor}"
 rm -rf "$W" && mkdir -p "$W/base"
 FLAGS=(-std=c++17 -O3 -arch=sm_90 -DPURLIN_WITH_CUDA)
-COMMON="symmetric_workspace ipc_peers nvlink_probe launch_config launch_config_sm90 device_plan plan_kernel plan_kernel_int plan_kernel_copy"
+COMMON="symmetric_workspace workspace_probe ipc_peers nvlink_probe launch_config launch_config_sm90 device_plan plan_kernel plan_kernel_int plan_kernel_copy"
 # Ablated copies of csrc/ (python: exact-text replacements that must match once).
 python3 - "$W" <<'EOF'
 import pathlib, shutil, sys
@@ -32,7 +35,31 @@ SPIN = ("atom/cuda/flagged_line.cuh",
         "  const uint64_t t0 = ptx::globaltimer_ns();\n  uint64_t foreign_since = 0;",
         "  for (;;) {\n    r = line_load(line);\n    if (r.f0 == f.f0 && r.f1 == f.f1) {\n      *out = r.payload;\n"
         "      return true;\n    }\n  }\n  const uint64_t t0 = ptx::globaltimer_ns();\n  uint64_t foreign_since = 0;")
-edits = {"nowait": [NOWAIT], "nodone": [NODONE], "nowait_nodone": [NOWAIT, NODONE], "spin": [SPIN]}
+# stamps: block 0's thread 0 records clock64() at the line kernel's phase boundaries into
+# output + 2 MiB (purlin_floor prints them): entry, after griddep_wait, after the launch state and
+# reuse wait, after each op, after end_launch. Times are those of the graph's last launch.
+K = "atom/cuda/line_kernel.cuh"
+STAMPS = [(K, "  ptx::griddep_wait();  // NOTE [overlapped launch]",
+           "  long long* stamps = reinterpret_cast<long long*>(p.output + (2 << 20));\n"
+           "  const bool stamper = blockIdx.x == 0 && threadIdx.x == 0;\n"
+           "  const long long c_entry = clock64();\n"
+           "  ptx::griddep_wait();  // NOTE [overlapped launch]"),
+          (K, "  ptx::griddep_launch_dependents();\n  // One memory latency",
+           "  const long long c_dep = clock64();\n  ptx::griddep_launch_dependents();\n  // One memory latency"),
+          (K, "  if (!__syncthreads_and(ok) || s_state[2] != 0) return;",
+           "  if (!__syncthreads_and(ok) || s_state[2] != 0) return;\n"
+           "  if (stamper) { stamps[0] = c_entry; stamps[1] = c_dep; stamps[2] = clock64(); }"),
+          (K, "      default: break;  // Wait / Signal: carried by the lines\n    }\n",
+           "      default: break;  // Wait / Signal: carried by the lines\n    }\n"
+           "    if (stamper && i < 8) stamps[3 + i] = clock64();\n"),
+          (K, "  detail::end_launch(p, base, lbase, G, true, true);\n}",
+           "  detail::end_launch(p, base, lbase, G, true, true);\n"
+           "  if (stamper) { unsigned sm; asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(sm));\n"
+           "    stamps[11] = clock64(); stamps[12] = p.n_ops; stamps[13] = sm; }\n}")]
+# (Session 9 also measured here, before NOTE [staged plan] landed: the plan copied into shared
+# memory after the wait, from the parameters or a device-resident plan, and __launch_bounds__(512),
+# which left 62 registers and the same 192-byte stack: docs/PERFORMANCE.md.)
+edits = {"nowait": [NOWAIT], "nodone": [NODONE], "nowait_nodone": [NOWAIT, NODONE], "spin": [SPIN], "stamps": STAMPS}
 for name, changes in edits.items():
     dst = w / name / "csrc"
     shutil.copytree("csrc", dst)
@@ -61,5 +88,5 @@ for a in $ABL; do
 done
 for v in base $ABL; do
   echo "== $v"
-  timeout 60 "$W/$v/run" "${1:-20}"
+  timeout 60 "$W/$v/run" "${1:-20}" ${2:+"$2"}
 done

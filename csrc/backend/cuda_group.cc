@@ -109,6 +109,7 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
   } catch (const std::exception&) {
     throw std::invalid_argument("TORCH_PURLIN_CUDA_BLOCKS: not a number: '" + env::get("TORCH_PURLIN_CUDA_BLOCKS") + "'");
   }
+  opt.share_gpu = env::get_bool("TORCH_PURLIN_CUDA_SHARE_GPU");
   ce_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
   nccl_table = env::get("TORCH_PURLIN_CUDA_NCCL_FROM");
   NcclTable::parse(nccl_table);  // a typo fails where it was made (NOTE [protocol table])
@@ -169,6 +170,12 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   if (tables[rank_] != tables[0])
     std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_NCCL_FROM differs from rank 0's; using rank 0's '%s'\n",
                  rank_, tables[0].c_str());
+  if (!ws_->shared_gpu().empty()) {  // NOTE [shared GPU]: NCCL refuses the group, so every size stays native
+    nccl_table_ = NcclTable{};
+    if (rank_ == 0 && env::get_bool("TORCH_PURLIN_LOG"))
+      std::fprintf(stderr, "[purlin] rank 0: %s (TORCH_PURLIN_CUDA_SHARE_GPU): every size runs natively, up to %d "
+                   "blocks per launch (logged once)\n", ws_->shared_gpu().c_str(), ws_->launch_config().max_blocks);
+  }
   if (all_ce) ce_ = std::move(ce);
   else if (debug_ && mine > 0)
     std::fprintf(stderr, "[purlin] rank %d: copy-engine Atom unavailable here or on a peer: %s\n", rank_,
@@ -477,6 +484,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.srcs = c.dev.srcs;
   l.inline_plan = c.inl.get();
   l.n_ops = static_cast<int>(c.plan.ops.size());
+  l.n_srcs = static_cast<int>(c.plan.srcs.size());
   l.steps = c.plan.steps;
   l.local_syncs = c.plan.local_syncs;
   l.reduces = c.reduces;

@@ -68,6 +68,12 @@ const std::vector<Var>& registry() {
        "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "
        "that many bytes goes to NCCL, which measured faster there on 2x H200 (benchmarks/results). 'none' "
        "keeps every size native. Every rank must use the same value."},
+      {"TORCH_PURLIN_CUDA_SHARE_GPU", "0",
+       "1 on every rank: ranks of a group may share a GPU (NOTE [shared GPU] in "
+       "csrc/atom/cuda/symmetric_workspace.h): their CUDA tensors run on purlin's datapath with at most half an equal "
+       "share of the SMs per launch, narrow flagged lines where the format is auto, the protocol table's NCCL rows ignored, and ops that need NCCL fail there (NCCL refuses "
+       "several ranks on one GPU). Run such processes under CUDA MPS, else the GPU time-slices them and every "
+       "collective waits a time slice. 0: a group whose ranks share a GPU sends its CUDA tensors to NCCL."},
       {"TORCH_PURLIN_FORCE_FALLBACK", "",
        "Comma list of ops (e.g. all_reduce,broadcast) always served by the fallback backend (gloo for CPU "
        "tensors, NCCL for CUDA tensors). 'all' forces every op."},

@@ -161,10 +161,15 @@ template <class T, bool kWide>
 __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ KernelParams p) {
   __shared__ uint64_t s_state[4];
   __shared__ char* s_lines[kMaxWorld];
+  __shared__ DevOp s_ops[detail::kStagedOps];
+  __shared__ DevRef s_srcs[detail::kStagedSrcs];
   const int tid = threadIdx.x, G = static_cast<int>(gridDim.x);
   const PadLayout& L = p.layout;
   const uint64_t* broken = p.pad + L.broken();
-  ptx::griddep_wait();  // NOTE [overlapped launch]: before any global memory access
+  // NOTE [staged plan]: the host's plan, so before the wait; published by the __syncthreads_and below.
+  const bool staged = p.n_ops <= detail::kStagedOps && p.n_srcs >= 0 && p.n_srcs <= detail::kStagedSrcs;
+  if (staged) detail::stage_plan(p, s_ops, s_srcs);
+  ptx::griddep_wait();  // NOTE [overlapped launch]: before any global memory access the previous kernel may write
   ptx::griddep_launch_dependents();
   // One memory latency before the first store, not three: thread 0 reads the
   // launch state while thread q (< world) reads what it needs itself, the
@@ -196,8 +201,8 @@ __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ Kern
   const uint64_t base = s_state[0], lbase = s_state[1], lseq = s_state[3];
   const LineFlags flag = line_flags(lseq, p.call_sig);
   site.base = base;
-  const DevOp* ops = p.ops ? p.ops : p.inl.ops;
-  const DevRef* srcs = p.ops ? p.srcs : p.inl.srcs;
+  const DevOp* ops = staged ? s_ops : p.ops ? p.ops : p.inl.ops;
+  const DevRef* srcs = staged ? s_srcs : p.ops ? p.srcs : p.inl.srcs;
   for (int i = 0; i < p.n_ops; ++i) {
     const DevOp& op = ops[i];
     switch (op.code) {

@@ -84,6 +84,7 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   if (!l.ops && !l.inline_plan) bad("no plan");
   if (l.ops && !l.srcs) bad("device plan without sources");
   if (l.inline_plan && !l.ops && l.n_ops > kInlineOps) bad("inline plan too long");
+  if (l.n_srcs < -1 || (l.inline_plan && !l.ops && l.n_srcs > kInlineSrcs)) bad("source count out of range");
   if (l.reduces && !can_reduce(l.dtype)) bad(std::string("no CUDA reduction for ") + dtype_name(l.dtype));
   if (l.lines && (l.layout.line_offset <= 0 || dtype_size(l.dtype) > 8 || l.redop == RedOp::PremulSum))
     bad("this plan cannot run on flagged lines");
@@ -109,6 +110,7 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   k.scale = l.scale;
   k.layout = l.layout;
   k.n_ops = l.n_ops;
+  k.n_srcs = l.n_srcs;
   k.local_syncs = l.local_syncs;
   k.rank = l.rank;
   k.redop = static_cast<int>(l.redop);

@@ -88,6 +88,7 @@ struct KernelParams {
   double scale;
   PadLayout layout;
   int n_ops;
+  int n_srcs;            // NOTE [staged plan]; -1: not known (not staged)
   uint32_t local_syncs;
   int rank;
   int redop;
@@ -182,6 +183,37 @@ __device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base,
   }
 }
 
+// NOTE [staged plan] A small collective is latency-bound: every dependent
+//   read of its kernel costs a full memory round trip, and the op loop read
+//   each op and its sources where the plan lies (the kernel parameters, read
+//   through a generic pointer, or the plan store's device memory): one or
+//   more round trips per op, in a chain. The plan is the host's (uploaded
+//   before the launch, never written by a kernel), so every thread copies
+//   16 bytes of it into shared memory before griddepcontrol.wait, all loads
+//   in flight at once and, in an overlapped launch, while the previous
+//   kernel ends; the op loop then reads shared memory. Measured with
+//   benchmarks/probes/purlin_floor.cu (two ranks on one H200 under MPS):
+//   all_reduce 1K 6.6 -> 6.0 us, 64K 7.5 -> 6.8, 1M 18.3 -> 16.5 per launch
+//   when staged after the wait (docs/PERFORMANCE.md, session 9). Both the
+//   line kernel and the plan kernel stage; plans longer than the stage keep
+//   reading in place.
+constexpr int kStagedOps = kInlineOps;
+constexpr int kStagedSrcs = kInlineSrcs;
+static_assert(sizeof(DevOp) % 16 == 0 && sizeof(DevRef) % 16 == 0, "the plan is staged in 16-byte words");
+
+// Copies the plan's ops and sources into s_ops / s_srcs (the caller
+// synchronizes the block before reading them).
+__device__ __forceinline__ void stage_plan(const KernelParams& p, DevOp* s_ops, DevRef* s_srcs) {
+  constexpr int kOpWords = static_cast<int>(sizeof(DevOp) / 16), kSrcWords = static_cast<int>(sizeof(DevRef) / 16);
+  const uint4* ops = reinterpret_cast<const uint4*>(p.ops ? p.ops : p.inl.ops);
+  const uint4* srcs = reinterpret_cast<const uint4*>(p.ops ? p.srcs : p.inl.srcs);
+  const int op_words = p.n_ops * kOpWords, words = op_words + p.n_srcs * kSrcWords;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) {
+    if (w < op_words) reinterpret_cast<uint4*>(s_ops)[w] = ops[w];
+    else reinterpret_cast<uint4*>(s_srcs)[w - op_words] = srcs[w - op_words];
+  }
+}
+
 // A rank's block-to-block barrier (NOTE [local barriers] in device_plan.h).
 __device__ __forceinline__ bool local_sync(const KernelParams& p, const DevOp& op, uint64_t lbase, const WaitSite& site,
                                            int G) {
@@ -201,10 +233,15 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
   __shared__ uint64_t s_state[5];
   __shared__ const T* s_src[kMaxWorld];
   __shared__ Acc s_scale[kMaxWorld];
+  __shared__ DevOp s_ops[detail::kStagedOps];
+  __shared__ DevRef s_srcs[detail::kStagedSrcs];
   const int b = blockIdx.x, tid = threadIdx.x;
   const PadLayout& L = p.layout;
   const int G = static_cast<int>(gridDim.x);  // this launch's blocks (<= L.blocks slots)
-  ptx::griddep_wait();  // NOTE [overlapped launch]: before any global memory access
+  // NOTE [staged plan]: the host's plan, so before the wait; published by the __syncthreads below.
+  const bool staged = p.n_ops <= detail::kStagedOps && p.n_srcs >= 0 && p.n_srcs <= detail::kStagedSrcs;
+  if (staged) detail::stage_plan(p, s_ops, s_srcs);
+  ptx::griddep_wait();  // NOTE [overlapped launch]: before any global memory access the previous kernel may write
   ptx::griddep_launch_dependents();
 
   if (tid == 0) {
@@ -239,8 +276,8 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
         if (q != p.rank) detail::peer_pad(p, q)[tag_slot + p.rank] = my_tag;
   }
 
-  const DevOp* ops = p.ops ? p.ops : p.inl.ops;
-  const DevRef* srcs = p.ops ? p.srcs : p.inl.srcs;
+  const DevOp* ops = staged ? s_ops : p.ops ? p.ops : p.inl.ops;
+  const DevRef* srcs = staged ? s_srcs : p.ops ? p.srcs : p.inl.srcs;
   for (int i = 0; i < p.n_ops; ++i) {
     const DevOp& op = ops[i];
     switch (op.code) {

@@ -35,6 +35,8 @@ struct PlanLaunch {
   const DevRef* srcs = nullptr;
   const InlinePlan* inline_plan = nullptr;
   int n_ops = 0;
+  int n_srcs = -1;               // entries of `srcs` / the inline plan's sources; -1: not known, the kernel
+                                 // reads the plan in place (NOTE [staged plan])
   uint64_t steps = 0;
   uint32_t local_syncs = 0;
   bool reduces = false;          // the plan has Reduce ops

@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 #include <unistd.h>
 
 #include <cuda_runtime.h>
@@ -22,37 +21,13 @@
 #include "atom/cuda/device_plan.h"
 #include "atom/cuda/ipc_peers.h"
 #include "atom/cuda/nvlink_probe.h"
-#include "common/hex.h"
+#include "atom/cuda/workspace_probe.h"
 
 namespace purlin::atom::cuda {
 
 namespace {
 
-// A probe: fields separated by '\n'; free text is hex-encoded.
-struct Probe {
-  std::string host, bus, error;
-  int major = 0, minor = 0, sms = 0, blocks = 0;
-  int64_t ws = 0, lines = 0, parity = 0;
-  int format = 0;  // LineFormat
-
-  std::string encode() const {
-    std::ostringstream os;
-    // 'x' keeps hex fields non-empty for operator>>.
-    os << 'x' << to_hex(host.data(), host.size()) << '\n' << bus << '\n' << major << '\n' << minor << '\n' << sms
-       << '\n' << blocks << '\n' << ws << '\n' << lines << '\n' << parity << '\n' << format << '\n' << 'x' << to_hex(error.data(), error.size());
-    return os.str();
-  }
-  static Probe decode(const std::string& s) {
-    std::istringstream is(s);
-    Probe p;
-    std::string host, err;
-    is >> host >> p.bus >> p.major >> p.minor >> p.sms >> p.blocks >> p.ws >> p.lines >> p.parity >> p.format;
-    if (!(is >> err)) err = "x";
-    p.host = from_hex(host.substr(1));
-    p.error = from_hex(err.substr(1));
-    return p;
-  }
-};
+using Probe = WorkspaceProbe;
 
 std::string rank_str(int r) { return "rank " + std::to_string(r); }
 
@@ -64,22 +39,6 @@ int64_t region_half_bytes(int64_t world, int64_t max_bytes, int64_t align, int64
   const int64_t bytes = world * max_bytes + world * world * align;
   return ((bytes + payload - 1) / payload * stored + 4095) / 4096 * 4096;
 }
-
-// "" if the group can use CUDA IPC at all; the same text on every rank.
-std::string check_probes(const std::vector<Probe>& all) {
-  for (size_t r = 0; r < all.size(); ++r)
-    if (!all[r].error.empty()) return rank_str(static_cast<int>(r)) + ": " + all[r].error;
-  for (size_t r = 1; r < all.size(); ++r) {
-    if (all[r].host != all[0].host)
-      return rank_str(0) + " is on host '" + all[0].host + "' but " + rank_str(static_cast<int>(r)) + " on '" +
-             all[r].host + "' (CUDA IPC needs one host)";
-    for (size_t q = 0; q < r; ++q)
-      if (all[r].bus == all[q].bus)
-        return rank_str(static_cast<int>(q)) + " and " + rank_str(static_cast<int>(r)) + " share GPU " + all[r].bus;
-  }
-  return "";
-}
-
 
 }  // namespace
 
@@ -112,12 +71,13 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   mine.lines = std::max<int64_t>(0, opt.line_max_bytes);
   mine.parity = std::max<int64_t>(0, opt.parity_max_bytes);
   mine.format = static_cast<int>(opt.line_format);
+  mine.share = opt.share_gpu ? 1 : 0;
   if (opt.world > kMaxWorld) mine.error = "the CUDA datapath supports at most " + std::to_string(kMaxWorld) + " ranks";
   if (opt.workspace_bytes < 64 * 1024) mine.error = "TORCH_PURLIN_CUDA_WORKSPACE_BYTES must be at least 64K";
 
   std::vector<Probe> probes;
   for (const std::string& s : exchange("probe", mine.encode())) probes.push_back(Probe::decode(s));
-  *why = check_probes(probes);
+  *why = check_probes(probes, &ws->shared_gpu_);
   if (!why->empty()) return nullptr;
   // One launch configuration for the group (every rank derives the same):
   // the architecture's when all GPUs share it, else the portable one for the
@@ -137,7 +97,13 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   }
   group_info.major = probes[0].major;
   group_info.minor = probes[0].minor;
+  // NOTE [shared GPU]: the kernels of ranks on one GPU wait for each other,
+  // so all of them must be resident at once: each rank gets half its share
+  // of the SMs (the other half for an overlapped launch's next kernel, whose
+  // blocks wait resident, and for other work), one block per SM at worst.
+  group_info.sm_count = sm_budget(group_info.sm_count, ranks_per_gpu(probes));
   ws->config_ = same_arch ? choose_launch_config(group_info) : launch_config_portable(group_info);
+  if (fixed > 0) fixed = std::min(fixed, ws->config_.max_blocks);
   ws->config_.fixed_blocks = fixed;
   if (fixed > 0) ws->config_.max_blocks = fixed;
   // The pad has flag slots for kMaxBlocks blocks; a launch uses a prefix.
@@ -160,6 +126,8 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
     for (const Probe& p : probes) buses.push_back(p.bus);
     if (!same_arch || !(major == 8 || major == 9 || major == 10))
       ws->wide_refusal_ = "the GPUs are not all of one architecture among sm_80, sm_90 and sm_100";
+    else if (!ws->shared_gpu_.empty())  // NOTE [shared GPU]: the 128-byte unit is known of NVLink only
+      ws->wide_refusal_ = ws->shared_gpu_;
     else if (!nvlink_between_all(buses, &ws->wide_refusal_))
       ws->wide_refusal_ = "NVLink between the GPUs is not known: " + ws->wide_refusal_;
     if (!ws->wide_refusal_.empty()) ws->line_format_ = LineFormat::Narrow;
@@ -190,6 +158,9 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
     if (cudaDeviceGetByPCIBusId(&dev, probes[r].bus.c_str()) != cudaSuccess) {
       cudaGetLastError();
       local = "GPU " + probes[r].bus + " of " + rank_str(r) + " is not visible here (CUDA_VISIBLE_DEVICES?)";
+    } else if (dev == opt.device) {
+      // NOTE [shared GPU]: a rank on this very GPU (allowed by check_probes);
+      // its buffer opens through IPC like a peer's, no peer access needed.
     } else if (cudaDeviceCanAccessPeer(&can, opt.device, dev) != cudaSuccess || !can) {
       cudaGetLastError();
       local = "GPU " + mine.bus + " has no peer access to GPU " + probes[r].bus + " of " + rank_str(r);

@@ -5,10 +5,30 @@
 // create() is collective: every rank calls it at the same point with the same
 // exchange function, which publishes one string per rank under a tag and
 // returns all of them (backed by the c10d Store). It checks that all ranks
-// are on one host, on distinct GPUs that can reach each other (peer access),
+// are on one host, on distinct GPUs that can reach each other (peer access)
+// or, where every rank allows it, on one GPU (NOTE [shared GPU]),
 // and that every IPC handle opens; otherwise it returns nullptr with a reason
 // that is the same on every rank (so they all fall back together).
 // Torch-free.
+//
+// NOTE [shared GPU] Several ranks of a group may run on one GPU when every
+// rank sets TORCH_PURLIN_CUDA_SHARE_GPU=1 (N ranks on fewer GPUs, e.g. to run
+// the GPU suite at world 4 or 8 on one H200; NCCL refuses such groups). Each
+// rank still allocates its own buffer, and a rank on the same GPU opens it
+// through CUDA IPC exactly as a peer's, so plans, kernels and protocol are
+// unchanged: flags and lines cross the GPU's L2 instead of NVLink. Three
+// things differ. (1) The ranks' kernels wait for each other, so they must run
+// at the same time and all be resident: the launch configuration gives each
+// rank half its share of the SMs (SMs / (2 x ranks per GPU) blocks at most:
+// at world 4 on one H200 a full share, 33 blocks, starved a rank's last block
+// behind its peers' spinning blocks, their overlapped next kernels and a
+// matmul, until the timeout), and the processes need CUDA MPS to run
+// concurrently (nvidia-cuda-mps-control -d);
+// without MPS the driver time-slices them and every wait lasts up to a time
+// slice (slow; still bounded by the group timeout). (2) Wide lines are not
+// used (their 128-byte unit is known of NVLink only). (3) NCCL cannot serve
+// the group: CudaGroup ignores the protocol table's NCCL rows, and an op that
+// falls back to NCCL (e.g. a bool reduction) fails there ("Duplicate GPU").
 #pragma once
 
 #include <cstdint>
@@ -40,6 +60,7 @@ class SymmetricWorkspace {
     int64_t line_max_bytes = 0;   // largest line collective (NOTE [line plans]); 0: no line region; the smallest
     int64_t parity_max_bytes = 0; // largest parity plan (NOTE [parity plans]); 0: no parity region; the smallest
     LineFormat line_format = LineFormat::Auto;  // NOTE [wide lines]; the group's: every rank's if equal, else narrow
+    bool share_gpu = false;       // NOTE [shared GPU]: ranks may share a GPU if every rank says so
   };
 
   static std::unique_ptr<SymmetricWorkspace> create(const Options& opt, const AllGather& exchange, std::string* why);
@@ -66,6 +87,9 @@ class SymmetricWorkspace {
   LineFormat line_format() const { return line_format_; }
   // Why auto became narrow ("" if it did not): no NVLink known, other GPUs.
   const std::string& wide_refusal() const { return wide_refusal_; }
+  // "" if every rank has its own GPU, else the first pair that shares one
+  // ("rank 0 and rank 1 share GPU ..."; NOTE [shared GPU]).
+  const std::string& shared_gpu() const { return shared_gpu_; }
   // Payload elements of `esize` bytes one parity of the (wide-)line region holds.
   int64_t line_slot_elems(int64_t esize, bool wide) const;
   // Per-rank bytes up to which collectives may run as parity plans (the
@@ -88,6 +112,7 @@ class SymmetricWorkspace {
   int64_t line_max_bytes_ = 0;
   LineFormat line_format_ = LineFormat::Narrow;
   std::string wide_refusal_;
+  std::string shared_gpu_;
   int64_t parity_max_bytes_ = 0;
   void* self_ = nullptr;
   std::vector<void*> peers_;  // opened IPC mappings (nullptr for self)
