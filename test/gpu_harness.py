@@ -19,6 +19,11 @@ with fewer GPUs than ranks, a suite runs only under TORCH_PURLIN_CUDA_SHARE_GPU=
 then uses GPU r % count, and NCCL, which refuses such groups, is no reference:
 workers check against the CPU references only and skip NCCL-only families
 (Runner.skip, reported by pytest as skipped).
+
+PURLIN_GPU_FAMILIES=a,b runs only those families' cases (the rest are reported
+as skipped), to split a long suite over several calls (e.g. world 4 on one GPU).
+Cases may rely on families before them: `counters` checks that the op families
+ran, so name them with it.
 """
 import json
 import os
@@ -94,12 +99,19 @@ class Runner:
         self.out = open(out_path, "w")
         self.case = 0
         self.family = "?"
+        self.only = {f for f in os.environ.get("PURLIN_GPU_FAMILIES", "").split(",") if f}
+        self.left_out = set()
 
     def seed(self):
         self.case += 1
         return self.case
 
     def check(self, name, fn, *args):
+        if self.only and self.family not in self.only:  # PURLIN_GPU_FAMILIES
+            if self.family not in self.left_out:
+                self.left_out.add(self.family)
+                self.skip("not in PURLIN_GPU_FAMILIES")
+            return
         t0 = time.time()
         try:
             fn(*args)

@@ -3,8 +3,8 @@
 The GPU files can only run on the device; this checks here that the harness
 collects every rank's case lines, reports a failing case with its rank and
 traceback, notices a rank that ran fewer cases, reports a family every rank
-skipped as skipped (and one skipped by some ranks only as a failure), and
-flags a worker's exit code.
+skipped as skipped (and one skipped by some ranks only as a failure), runs
+only the families PURLIN_GPU_FAMILIES names, and flags a worker's exit code.
 """
 import pytest
 
@@ -60,6 +60,15 @@ def test_skipped_family(suite):
         check_family(suite, "skipped")
     with pytest.raises(AssertionError, match="every rank skips it or none"):
         check_family(suite, "half_skipped")
+
+
+def test_families_filter(tmp_path, monkeypatch):
+    monkeypatch.setenv("PURLIN_GPU_FAMILIES", "good,skipped")
+    only = run_suite("fake_only", _fake_worker, 2, 60, tmp_path)
+    check_family(only, "good")
+    for family in ("bad", "short"):  # left out: reported as skipped, their failures never ran
+        with pytest.raises(pytest.skip.Exception, match="not in PURLIN_GPU_FAMILIES"):
+            check_family(only, family)
 
 
 def test_missing_family_and_exit_codes(suite):

@@ -477,10 +477,11 @@ def warm_up_gpu(seconds):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     args.t0 = time.perf_counter()
-    if args.device.type == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    if args.device.type == "cuda":  # ranks beyond the GPUs share them (bench_impls.shares_gpu)
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
         warm_up_gpu(args.warm_up_s)
-    dist.init_process_group("cpu:gloo,cuda:nccl" if dist.is_nccl_available() else "gloo")
+    nccl = dist.is_nccl_available() and not bench_impls.shares_gpu(args)
+    dist.init_process_group("cpu:gloo,cuda:nccl" if nccl else "gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     impls = make_impls(args, rank, n)
     spec = sys.modules["__main__"].__spec__    # None when run by path

@@ -14,6 +14,10 @@
 
 An impl that cannot start here (no GPU, missing API, NotImplementedError) is
 dropped by bench.py with one line on stderr; errors at one size are n/a cells.
+With fewer GPUs than local ranks (ranks sharing GPUs: NOTE [shared GPU] in
+csrc/atom/cuda/symmetric_workspace.h; run under CUDA MPS with
+TORCH_PURLIN_CUDA_SHARE_GPU=1) NCCL and torch symmetric memory are dropped:
+they need a GPU per rank.
 
 NOTE [no multicast]: never call a symm_mem multimem_* op: NVLink multicast can
 take shared GPUs out of service. Symm sets TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -32,6 +36,14 @@ SPECIAL = ("purlin-sym", "symm1", "symm2")
 
 class Unavailable(Exception):
     """This impl cannot run here at all; bench.py drops it with one stderr line."""
+
+
+def shares_gpu(args):
+    """Whether this host's ranks share CUDA GPUs (more local ranks than GPUs)."""
+    if args.device.type != "cuda":
+        return False
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size() if dist.is_initialized() else 1))
+    return local > torch.cuda.device_count()
 
 
 class Impl:
@@ -77,7 +89,9 @@ def last_launch(group):
 
 
 class Backend(Impl):
-    def __init__(self, label, backend):
+    def __init__(self, label, backend, args):
+        if backend == "nccl" and shares_gpu(args):
+            raise Unavailable("NCCL refuses several ranks on one GPU")
         if backend == "purlin":
             importlib.import_module("torch_purlin")     # registers the backend
         super().__init__(label, dist.new_group(backend=backend), f"backend {backend}")
@@ -131,6 +145,8 @@ class Symm(Impl):
     def __init__(self, label, args):
         if args.device.type != "cuda":
             raise Unavailable("torch symmetric memory needs --device cuda")
+        if shares_gpu(args):
+            raise Unavailable("torch symmetric memory needs a GPU per rank")
         check_symm_args(args)
         os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"     # NOTE [no multicast]
         try:
@@ -175,6 +191,6 @@ def make(label, backend, args):
     elif backend in ("symm1", "symm2"):
         impl = Symm(label, args)
     else:
-        impl = Backend(label, backend)
+        impl = Backend(label, backend, args)
     impl.backend = backend          # the --impls name, kept in the JSON's meta.impls
     return impl

@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
       std::printf("%-24s %8.2f %8.2f %8.2f %6d %8d %s\n", c.name, t.median, t.lo, t.hi, blocks,
                   sh->wrong[0] + sh->wrong[1], wide ? "wide lines" : "lines");
     // run_purlin_floor.sh's `stamps` build leaves clock64() stamps of the last launch at output + 2 MiB.
-    long long st[14] = {};
+    long long st[21] = {};
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaMemcpy(st, out + (2 << 20), sizeof st, cudaMemcpyDeviceToHost));
     if (rank == 0 && st[0] != 0) {
@@ -223,6 +223,11 @@ int main(int argc, char** argv) {
                   st[2] - st[0]);
       for (int i = 0; i < st[12] && i < 8; ++i) std::printf(" %lld", st[3 + i] - st[0]);
       std::printf(", end_launch %lld (SM %lld)\n", st[11] - st[0], st[13]);
+      if (st[18] != 0 || st[20] != 0)  // stamps_op: the last Reduce / Copy element of block 0's thread 0
+        std::printf("  in ops (cycles since entry): reduce after src0 %lld, after src1.. %lld, after store %lld; "
+                    "copy after load %lld, after store %lld\n",
+                    st[16] ? st[16] - st[0] : 0, st[17] ? st[17] - st[0] : 0, st[18] ? st[18] - st[0] : 0,
+                    st[19] ? st[19] - st[0] : 0, st[20] ? st[20] - st[0] : 0);
     }
     CHECK(cudaMemset(out + (2 << 20), 0, sizeof st));
     barrier(sh, rank, gen);

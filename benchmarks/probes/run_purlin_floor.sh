@@ -12,7 +12,11 @@
 #   until the timeout breaks the group, so only its first case means
 #   anything), nowait_nodone (both), spin (line waits without the timer and
 #   the mismatch checks), stamps (no change in behaviour: clock64() at the line
-#   kernel's phase boundaries, printed as cycles since entry).
+#   kernel's phase boundaries, printed as cycles since entry), stamps_op (also
+#   inside the copy and reduce element loops), inline_fast (stamps + an inlined
+#   check of an arrived line before the non-inlined wait). `spin` and
+#   `nowait`/`nodone` need the sources they were written against: a pattern
+#   that no longer matches stops the script (python assert).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -59,7 +63,53 @@ STAMPS = [(K, "  ptx::griddep_wait();  // NOTE [overlapped launch]",
 # (Session 9 also measured here, before NOTE [staged plan] landed: the plan copied into shared
 # memory after the wait, from the parameters or a device-resident plan, and __launch_bounds__(512),
 # which left 62 registers and the same 192-byte stack: docs/PERFORMANCE.md.)
-edits = {"nowait": [NOWAIT], "nodone": [NODONE], "nowait_nodone": [NOWAIT, NODONE], "spin": [SPIN], "stamps": STAMPS}
+# stamps_op: stamps plus, inside the element loop of block 0's thread 0, clock64 after each source
+# load and after the store of a Reduce (slots 16..18) and after the load and the store of a Copy
+# (slots 19..20): where the push and the reduce spend their cycles.
+STAMP_OP = "if (blockIdx.x == 0 && threadIdx.x == 0) reinterpret_cast<long long*>(p.output + (2 << 20))"
+STAMPS_OP = STAMPS + [
+    (K, "  if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;\n"
+        "  for (int j = 0; j < k; ++j) acc[j] = Elem<T>::load(x[j]);",
+        "  if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;\n"
+        "  for (int j = 0; j < k; ++j) acc[j] = Elem<T>::load(x[j]);\n"
+        "  " + STAMP_OP + "[16] = clock64();"),
+    (K, "    for (int j = 0; j < k; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));\n  }",
+        "    for (int j = 0; j < k; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));\n  }\n"
+        "  " + STAMP_OP + "[17] = clock64();"),
+    (K, "  store_unit<T>(p, lines, op.dst, e0, k, x, flag);\n  return true;\n}",
+        "  store_unit<T>(p, lines, op.dst, e0, k, x, flag);\n  " + STAMP_OP + "[18] = clock64();\n  return true;\n}"),
+    (K, "      if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;\n"
+        "      store_unit<T>(p, lines, op.dst, e0, k, x, flag);\n      continue;",
+        "      if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;\n"
+        "      " + STAMP_OP + "[19] = clock64();\n"
+        "      store_unit<T>(p, lines, op.dst, e0, k, x, flag);\n"
+        "      " + STAMP_OP + "[20] = clock64();\n      continue;")]
+# inline_fast: a line that already carries its flags is taken in an inlined check; only a miss
+# calls the non-inlined wait (which takes WaitSite by reference, so the kernel keeps it on a stack).
+F = "atom/cuda/flagged_line.cuh"
+INLINE_FAST = [
+    (F, "static __device__ __noinline__ bool line_wait(const void* line, LineFlags f, uint64_t* out, const WaitSite& site,\n"
+        "                                              int origin, uint32_t phase) {\n"
+        "  LineSeen r = line_load(line);\n"
+        "  if (r.f0 == f.f0 && r.f1 == f.f1) {\n"
+        "    *out = r.payload;\n"
+        "    return true;\n"
+        "  }\n",
+        "static __device__ __noinline__ bool line_wait_slow(const void* line, LineFlags f, uint64_t* out,\n"
+        "                                                   const WaitSite& site, int origin, uint32_t phase) {\n"
+        "  LineSeen r;\n"),
+    (F, "\n}  // namespace purlin::atom::cuda",
+        "\n__device__ __forceinline__ bool line_wait(const void* line, LineFlags f, uint64_t* out, const WaitSite& site,\n"
+        "                                          int origin, uint32_t phase) {\n"
+        "  const LineSeen r = line_load(line);\n"
+        "  if (r.f0 == f.f0 && r.f1 == f.f1) {\n"
+        "    *out = r.payload;\n"
+        "    return true;\n"
+        "  }\n"
+        "  return line_wait_slow(line, f, out, site, origin, phase);\n"
+        "}\n\n}  // namespace purlin::atom::cuda")]
+edits = {"nowait": [NOWAIT], "nodone": [NODONE], "nowait_nodone": [NOWAIT, NODONE], "spin": [SPIN], "stamps": STAMPS,
+         "stamps_op": STAMPS_OP, "inline_fast": STAMPS + INLINE_FAST}
 for name, changes in edits.items():
     dst = w / name / "csrc"
     shutil.copytree("csrc", dst)
