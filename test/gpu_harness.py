@@ -62,6 +62,16 @@ def default_backend(world):
     return "cpu:gloo" if shares_gpu(world) else "cpu:gloo,cuda:nccl"
 
 
+def init_worker(rank, world, init_file, timeout):
+    """A worker's start: binds the rank to its GPU (device_of), creates the default group
+    (default_backend) through `init_file`; returns the rank's device."""
+    dev = torch.device("cuda", device_of(rank))
+    torch.cuda.set_device(dev)
+    dist.init_process_group(default_backend(world), init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=timeout)
+    return dev
+
+
 def assert_equal(got, want, what):
     got, want = got.cpu(), want.cpu()
     assert got.dtype == want.dtype and got.shape == want.shape, \

@@ -24,8 +24,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import (Runner, assert_equal, check_exited_cleanly, check_family, default_backend, device_of,
-                         gpus_missing, purlin_group, run_suite, shares_gpu)
+from gpu_harness import (Runner, assert_equal, check_exited_cleanly, check_family, gpus_missing, init_worker,
+                         purlin_group, run_suite, shares_gpu)
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "240"))
@@ -146,17 +146,14 @@ def _worker(rank, world, init_file, log_path):
     os.environ.setdefault("TORCH_PURLIN_LOG", "1")
     # Purlin's own datapath at every size; the protocol_table family sets its own table.
     os.environ["TORCH_PURLIN_CUDA_NCCL_FROM"] = "none"
-    torch.cuda.set_device(device_of(rank))
+    dev = init_worker(rank, world, init_file, timedelta(seconds=120))
     import torch_purlin  # noqa: F401  registers "purlin"
 
-    dist.init_process_group(default_backend(world), init_method=f"file://{init_file}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=120))
     R = Runner(rank, log_path)
     shared = shares_gpu(world)  # ranks share GPUs (NOTE [shared GPU]): NCCL refuses them, no NCCL reference
     nccl = None if shared else dist.group.WORLD
     host = dist.new_group(backend="gloo")
     pg = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)
-    dev = torch.device("cuda", device_of(rank))
     W = world
 
     def inputs(n, dtype, op=None):

@@ -25,8 +25,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import (Runner, assert_equal, check_exited_cleanly, check_family, default_backend, device_of,
-                         gpus_missing, purlin_group, run_suite, shares_gpu)
+from gpu_harness import (Runner, assert_equal, check_exited_cleanly, check_family, gpus_missing, init_worker,
+                         purlin_group, run_suite, shares_gpu)
 from mp_util import make_input
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
@@ -71,18 +71,15 @@ def _worker(rank, world, init_file, log_path):
     os.environ["TORCH_PURLIN_CUDA_NCCL_FROM"] = "none"  # the Atom at every size (NOTE [protocol table])
     os.environ["TORCH_PURLIN_CUDA_LINE_BYTES"] = "0"  # small copies too (flagged lines would serve them)
     os.environ["TORCH_PURLIN_CUDA_PARITY_BYTES"] = "0"  # and mid-sized ones (parity plans would)
-    torch.cuda.set_device(device_of(rank))
+    dev = init_worker(rank, world, init_file, timedelta(seconds=120))
     import torch_purlin  # noqa: F401  registers "purlin"
 
-    dist.init_process_group(default_backend(world), init_method=f"file://{init_file}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=120))
     R = Runner(rank, log_path)
     nccl = None if shares_gpu(world) else dist.group.WORLD  # NCCL refuses ranks sharing a GPU (NOTE [shared GPU])
     host = dist.new_group(backend="gloo")
     pg = purlin_group(PURLIN_TIMEOUT)
     small = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_WORKSPACE_BYTES="64K")
     groups = (("", pg, SIZES), (" (64K workspace)", small, SMALL_SIZES))
-    dev = torch.device("cuda", device_of(rank))
     W = world
 
     def inputs(n, dtype):

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gpu_harness import default_backend, device_of, gpus_missing, shares_gpu
+from gpu_harness import gpus_missing, init_worker, shares_gpu
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 STEPS = 5
@@ -71,10 +71,7 @@ def worker(rank, path, result_path):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    torch.cuda.set_device(device_of(rank))
-    dev = torch.device("cuda", device_of(rank))
-    dist.init_process_group(default_backend(WORLD), init_method=f"file://{path}", rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=60))
+    dev = init_worker(rank, WORLD, path, timedelta(seconds=60))
     purlin = dist.new_group(backend="purlin")
     shared = shares_gpu(WORLD)  # NOTE [shared GPU]: no NCCL; the reference is train_local
     nccl = None if shared else dist.new_group(backend="nccl")

@@ -16,16 +16,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from gpu_harness import default_backend, device_of  # noqa: E402
+from gpu_harness import init_worker  # noqa: E402
 
 
 def main(rank, world, init):
-    torch.cuda.set_device(device_of(rank))
+    dev = init_worker(rank, world, init, timedelta(seconds=60))
     import torch_purlin
-    dist.init_process_group(default_backend(world), init_method=f"file://{init}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
     pg = dist.new_group(backend="purlin", timeout=timedelta(seconds=10))
-    dev = torch.device("cuda", device_of(rank))
     ranks_sum = world * (world + 1) // 2  # sum of (r + 1) over ranks
     bad = 0
 
