@@ -195,7 +195,10 @@ int main(int argc, char** argv) {
     // Check once eagerly: inputs rank + 1 + i % 5 (small integers), the result exact.
     std::vector<uint16_t> host(n), got(gather ? 2 * n : n);
     for (int64_t i = 0; i < n; ++i) host[i] = to_bf16(static_cast<float>(rank + 1 + i % 5));
-    CHECK(cudaMemcpy(in, host.data(), n * esize, cudaMemcpyHostToDevice));
+    // On s, then synchronized: a pageable cudaMemcpy may return before its DMA lands, and s (non-blocking)
+    // does not wait for the legacy stream, so the check's launch could read stale input (1M #wrong, session 10).
+    CHECK(cudaMemcpyAsync(in, host.data(), n * esize, cudaMemcpyHostToDevice, s));
+    CHECK(cudaStreamSynchronize(s));
     barrier(sh, rank, gen);
     CHECK(cu::launch_plan(l, s));
     CHECK(cudaStreamSynchronize(s));

@@ -7,14 +7,15 @@
 #   bash benchmarks/probes/run_purlin_floor.sh [ops per graph] [case filter]   (~1 min on 16 cores; on
 #   one GPU both ranks share it: start CUDA MPS first, NOTE [shared GPU]; PF_DEVICE_PLAN=1 on the
 #   built $W/<variant>/run passes the plan in device memory)
-# ABLATIONS (default: all): nowait (no Done wait at a line launch's start),
+# ABLATIONS (default: nowait nodone nowait_nodone spin; "" = the sources only):
+#   nowait (no Done wait at a line launch's start),
 #   nodone (no Done stores to peers at its end: the reuse wait then hangs
 #   until the timeout breaks the group, so only its first case means
 #   anything), nowait_nodone (both), spin (line waits without the timer and
 #   the mismatch checks), stamps (no change in behaviour: clock64() at the line
 #   kernel's phase boundaries, printed as cycles since entry), stamps_op (also
-#   inside the copy and reduce element loops), inline_fast (stamps + an inlined
-#   check of an arrived line before the non-inlined wait). `spin` and
+#   inside the copy and reduce element loops), relaxed_reuse (the reuse wait's
+#   first Done poll relaxed, not acquire). Only the named copies are built. `spin` and
 #   `nowait`/`nodone` need the sources they were written against: a pattern
 #   that no longer matches stops the script (python assert).
 set -uo pipefail
@@ -26,7 +27,8 @@ rm -rf "$W" && mkdir -p "$W/base"
 FLAGS=(-std=c++17 -O3 -arch=sm_90 -DPURLIN_WITH_CUDA)
 COMMON="symmetric_workspace workspace_probe ipc_peers nvlink_probe launch_config launch_config_sm90 device_plan plan_kernel plan_kernel_int plan_kernel_copy"
 # Ablated copies of csrc/ (python: exact-text replacements that must match once).
-python3 - "$W" <<'EOF'
+ABL="${ABLATIONS-nowait nodone nowait_nodone spin}"  # ABLATIONS="" runs the sources as they are only
+python3 - "$W" "$ABL" <<'EOF'
 import pathlib, shutil, sys
 w = pathlib.Path(sys.argv[1])
 NOWAIT = ("atom/cuda/line_kernel.cuh",
@@ -37,8 +39,8 @@ NODONE = ("atom/cuda/plan_kernel.cuh",
           "        if (line_run) {}")
 SPIN = ("atom/cuda/flagged_line.cuh",
         "  const uint64_t t0 = ptx::globaltimer_ns();\n  uint64_t foreign_since = 0;",
-        "  for (;;) {\n    r = line_load(line);\n    if (r.f0 == f.f0 && r.f1 == f.f1) {\n      *out = r.payload;\n"
-        "      return true;\n    }\n  }\n  const uint64_t t0 = ptx::globaltimer_ns();\n  uint64_t foreign_since = 0;")
+        "  for (;;) {\n    r = line_load(line);\n    if (r.f0 == f.f0 && r.f1 == f.f1) return LineWaited{r.payload, true};\n"
+        "  }\n  const uint64_t t0 = ptx::globaltimer_ns();\n  uint64_t foreign_since = 0;")
 # stamps: block 0's thread 0 records clock64() at the line kernel's phase boundaries into
 # output + 2 MiB (purlin_floor prints them): entry, after griddep_wait, after the launch state and
 # reuse wait, after each op, after end_launch. Times are those of the graph's last launch.
@@ -53,11 +55,11 @@ STAMPS = [(K, "  ptx::griddep_wait();  // NOTE [overlapped launch]",
           (K, "  if (!__syncthreads_and(ok) || s_state[2] != 0) return;",
            "  if (!__syncthreads_and(ok) || s_state[2] != 0) return;\n"
            "  if (stamper) { stamps[0] = c_entry; stamps[1] = c_dep; stamps[2] = clock64(); }"),
-          (K, "      default: break;  // Wait / Signal: carried by the lines\n    }\n",
-           "      default: break;  // Wait / Signal: carried by the lines\n    }\n"
-           "    if (stamper && i < 8) stamps[3 + i] = clock64();\n"),
-          (K, "  detail::end_launch(p, base, lbase, G, true, true);\n}",
-           "  detail::end_launch(p, base, lbase, G, true, true);\n"
+          (K, "        default: break;  // Wait / Signal: carried by the lines\n      }\n",
+           "        default: break;  // Wait / Signal: carried by the lines\n      }\n"
+           "      if (stamper && i < 8) stamps[3 + i] = clock64();\n"),
+          (K, "  detail::end_launch(p, base, lbase, lseq, G, true, true, s_pads);\n}",
+           "  detail::end_launch(p, base, lbase, lseq, G, true, true, s_pads);\n"
            "  if (stamper) { unsigned sm; asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(sm));\n"
            "    stamps[11] = clock64(); stamps[12] = p.n_ops; stamps[13] = sm; }\n}")]
 # (Session 9 also measured here, before NOTE [staged plan] landed: the plan copied into shared
@@ -69,12 +71,12 @@ STAMPS = [(K, "  ptx::griddep_wait();  // NOTE [overlapped launch]",
 STAMP_OP = "if (blockIdx.x == 0 && threadIdx.x == 0) reinterpret_cast<long long*>(p.output + (2 << 20))"
 STAMPS_OP = STAMPS + [
     (K, "  if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;\n"
-        "  for (int j = 0; j < k; ++j) acc[j] = Elem<T>::load(x[j]);",
+        "#pragma unroll\n  for (int j = 0; j < kK; ++j) acc[j] = Elem<T>::load(x[j]);",
         "  if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;\n"
-        "  for (int j = 0; j < k; ++j) acc[j] = Elem<T>::load(x[j]);\n"
+        "#pragma unroll\n  for (int j = 0; j < kK; ++j) acc[j] = Elem<T>::load(x[j]);\n"
         "  " + STAMP_OP + "[16] = clock64();"),
-    (K, "    for (int j = 0; j < k; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));\n  }",
-        "    for (int j = 0; j < k; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));\n  }\n"
+    (K, "    for (int j = 0; j < kK; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));\n  }",
+        "    for (int j = 0; j < kK; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));\n  }\n"
         "  " + STAMP_OP + "[17] = clock64();"),
     (K, "  store_unit<T>(p, lines, op.dst, e0, k, x, flag);\n  return true;\n}",
         "  store_unit<T>(p, lines, op.dst, e0, k, x, flag);\n  " + STAMP_OP + "[18] = clock64();\n  return true;\n}"),
@@ -84,33 +86,14 @@ STAMPS_OP = STAMPS + [
         "      " + STAMP_OP + "[19] = clock64();\n"
         "      store_unit<T>(p, lines, op.dst, e0, k, x, flag);\n"
         "      " + STAMP_OP + "[20] = clock64();\n      continue;")]
-# inline_fast: a line that already carries its flags is taken in an inlined check; only a miss
-# calls the non-inlined wait (which takes WaitSite by reference, so the kernel keeps it on a stack).
-F = "atom/cuda/flagged_line.cuh"
-INLINE_FAST = [
-    (F, "static __device__ __noinline__ bool line_wait(const void* line, LineFlags f, uint64_t* out, const WaitSite& site,\n"
-        "                                              int origin, uint32_t phase) {\n"
-        "  LineSeen r = line_load(line);\n"
-        "  if (r.f0 == f.f0 && r.f1 == f.f1) {\n"
-        "    *out = r.payload;\n"
-        "    return true;\n"
-        "  }\n",
-        "static __device__ __noinline__ bool line_wait_slow(const void* line, LineFlags f, uint64_t* out,\n"
-        "                                                   const WaitSite& site, int origin, uint32_t phase) {\n"
-        "  LineSeen r;\n"),
-    (F, "\n}  // namespace purlin::atom::cuda",
-        "\n__device__ __forceinline__ bool line_wait(const void* line, LineFlags f, uint64_t* out, const WaitSite& site,\n"
-        "                                          int origin, uint32_t phase) {\n"
-        "  const LineSeen r = line_load(line);\n"
-        "  if (r.f0 == f.f0 && r.f1 == f.f1) {\n"
-        "    *out = r.payload;\n"
-        "    return true;\n"
-        "  }\n"
-        "  return line_wait_slow(line, f, out, site, origin, phase);\n"
-        "}\n\n}  // namespace purlin::atom::cuda")]
-edits = {"nowait": [NOWAIT], "nodone": [NODONE], "nowait_nodone": [NOWAIT, NODONE], "spin": [SPIN], "stamps": STAMPS,
-         "stamps_op": STAMPS_OP, "inline_fast": STAMPS + INLINE_FAST}
+# relaxed_reuse: the reuse wait's first poll of a peer's Done relaxed instead of acquire (no L1 invalidation).
+RELAXED_REUSE = (K, "      const uint64_t seen = ptx::ld_acquire_sys(done);",
+                 "      const uint64_t seen = *reinterpret_cast<const volatile uint64_t*>(done);")
+edits = {"relaxed_reuse": [RELAXED_REUSE], "nowait": [NOWAIT], "nodone": [NODONE], "nowait_nodone": [NOWAIT, NODONE], "spin": [SPIN], "stamps": STAMPS,
+         "stamps_op": STAMPS_OP}
 for name, changes in edits.items():
+    if name not in sys.argv[2].split():
+        continue
     dst = w / name / "csrc"
     shutil.copytree("csrc", dst)
     for path, old, new in changes:
@@ -118,7 +101,6 @@ for name, changes in edits.items():
         assert text.count(old) == 1, (name, "pattern must match once")
         (dst / path).write_text(text.replace(old, new))
 EOF
-ABL="${ABLATIONS-nowait nodone nowait_nodone spin}"  # ABLATIONS="" runs the sources as they are only
 for f in $COMMON; do echo "csrc/atom/cuda/$f.cu"; done >"$W/cu.list"
 for f in snac/planner snac/spec snac/collectives common/types; do echo "csrc/$f.cc"; done >"$W/cc.list"
 export NVCC

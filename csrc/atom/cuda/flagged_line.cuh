@@ -65,28 +65,44 @@ __device__ __forceinline__ LineSeen line_load(const void* line) {
   return LineSeen{static_cast<uint64_t>(a) | (static_cast<uint64_t>(c) << 32), b, d};
 }
 
+// The poll after a first miss; the payload comes back in registers. Inlined
+// like everything the line kernel calls: a call's ABI made the kernel keep a
+// stack and spill values live across the call (NOTE [register units]).
+struct LineWaited {
+  uint64_t payload;
+  bool ok;
+};
+static __device__ __forceinline__ LineWaited line_wait_slow(const void* line, LineFlags f, const WaitSite& site,
+                                                         int origin, uint32_t phase);
+
 // Polls `line` until it carries flags `f`; returns its payload in *out.
 // Returns false (after recording why, unless another thread already broke
 // the group) on a call-tag mismatch, a timeout, or a group broken elsewhere.
-// `origin` is the rank whose data the line holds, for the record.
-static __device__ __noinline__ bool line_wait(const void* line, LineFlags f, uint64_t* out, const WaitSite& site,
-                                              int origin, uint32_t phase) {
-  LineSeen r = line_load(line);
+// `origin` is the rank whose data the line holds, for the record. A line
+// that has arrived costs one load.
+__device__ __forceinline__ bool line_wait(const void* line, LineFlags f, uint64_t* out, const WaitSite& site,
+                                          int origin, uint32_t phase) {
+  const LineSeen r = line_load(line);
   if (r.f0 == f.f0 && r.f1 == f.f1) {
     *out = r.payload;
     return true;
   }
+  const LineWaited w = line_wait_slow(line, f, site, origin, phase);
+  *out = w.payload;
+  return w.ok;
+}
+
+static __device__ __forceinline__ LineWaited line_wait_slow(const void* line, LineFlags f, const WaitSite& site,
+                                                         int origin, uint32_t phase) {
+  LineSeen r;
   const uint64_t t0 = ptx::globaltimer_ns();
   uint64_t foreign_since = 0;  // when a fresh f0 with another call's f1 was first seen
   for (uint32_t spins = 1;; ++spins) {
     r = line_load(line);
-    if (r.f0 == f.f0 && r.f1 == f.f1) {
-      *out = r.payload;
-      return true;
-    }
+    if (r.f0 == f.f0 && r.f1 == f.f1) return LineWaited{r.payload, true};
     const bool foreign = r.f0 == f.f0 && (r.f1 & 0xFFFFu) == (f.f1 & 0xFFFFu);  // this seq, another hash
     if ((spins & 63u) == 0u || foreign) {
-      if (*reinterpret_cast<volatile uint64_t*>(site.broken) != 0) return false;
+      if (*reinterpret_cast<volatile uint64_t*>(site.broken) != 0) return LineWaited{0, false};
       const uint64_t now = ptx::globaltimer_ns();
       if (!foreign) foreign_since = 0;
       else if (!foreign_since) foreign_since = now;
@@ -94,11 +110,11 @@ static __device__ __noinline__ bool line_wait(const void* line, LineFlags f, uin
       raw.base = 0;
       if (foreign && now - foreign_since > kLineMismatchNs) {
         record_timeout(raw, origin, 0, kCallTag, f.f1, r.f1, phase, 0);
-        return false;
+        return LineWaited{0, false};
       }
       if (now - t0 > site.timeout_ns) {
         record_timeout(raw, origin, 0, kLine, f.f0, r.f0, phase, now - t0);
-        return false;
+        return LineWaited{0, false};
       }
     }
   }

@@ -42,63 +42,91 @@ namespace purlin::atom::cuda {
 
 namespace detail {
 
-// k (<= 8 / sizeof(T)) elements e0.. of ref r into x.
+// NOTE [register units] A unit is one line's payload: kK = 8 / sizeof(T)
+//   elements, k <= kK of them the op's. Units live in registers: every loop
+//   over a unit runs to the constant kK (unrolled) and tests j < k, and bytes
+//   move between a unit and a 64-bit word by shifts, never by a runtime
+//   index. An array indexed at run time goes to local memory, whose first
+//   touch in a launch is a round trip to L2 or HBM; with the unit's loops
+//   bounded by k, each Copy and Reduce paid several of them in a chain
+//   (docs/PERFORMANCE.md, session 10). For the same reason the kernel makes
+//   no calls: the ops, the line waits and their polls and the timeout
+//   records are inlined (a call's ABI kept a stack and spilled the op loop's
+//   counter; inlining them took all_reduce 1K from 3.66 to 3.47 us on the
+//   probe, with ~3x the code).
+template <class T>
+constexpr int kUnit = static_cast<int>(kLinePayload / sizeof(T));
+
+// Element at byte b (a multiple of sizeof(T), b + sizeof(T) <= 8) of word v.
+template <class T>
+__device__ __forceinline__ T elem_of(uint64_t v, int b) {
+  const uint64_t w = v >> (8 * b);
+  T x;
+  memcpy(&x, &w, sizeof(T));
+  return x;
+}
+
+// The first k elements of x packed into a word, zeros after them.
+template <class T>
+__device__ __forceinline__ uint64_t pack_unit(const T (&x)[kUnit<T>], int k) {
+  uint64_t v = 0;
+#pragma unroll
+  for (int j = 0; j < kUnit<T>; ++j) {
+    uint64_t w = 0;
+    memcpy(&w, &x[j], sizeof(T));
+    if (j < k) v |= w << (8 * sizeof(T) * j);
+  }
+  return v;
+}
+
+// k elements e0.. of ref r into x.
 template <class T>
 __device__ __forceinline__ bool load_unit(const KernelParams& p, char* const* lines, const DevRef& r, int64_t e0,
-                                          int k, T* x, LineFlags flag, const WaitSite& site) {
-  constexpr int64_t kE = sizeof(T), kK = kLinePayload / kE;
+                                          int k, T (&x)[kUnit<T>], LineFlags flag, const WaitSite& site) {
+  constexpr int kE = sizeof(T), kK = kUnit<T>;
   if (r.buf == kWorkspace) {
     const int64_t byte = (r.offset + e0) * kE;
-    const char* region = lines[r.rank];
-    uint64_t v = 0;
-    if ((byte & 7) == 0) {
-      if (!line_wait(region + (byte >> 3) * kLineBytes, flag, &v, site, r.origin, p.line_phase)) return false;
-      T all[kK];
-      memcpy(all, &v, kLinePayload);
-      for (int j = 0; j < k; ++j) x[j] = all[j];
-      return true;
-    }
-    int64_t have = -1;
-    for (int j = 0; j < k; ++j) {  // an unaligned read (e.g. into a strided output)
-      const int64_t bj = byte + j * kE;
-      if ((bj >> 3) != have) {
-        have = bj >> 3;
-        if (!line_wait(region + have * kLineBytes, flag, &v, site, r.origin, p.line_phase)) return false;
-      }
-      memcpy(&x[j], reinterpret_cast<const char*>(&v) + (bj & 7), kE);
+    const char* line = lines[r.rank] + (byte >> 3) * kLineBytes;
+    const int b0 = static_cast<int>(byte & 7);  // an unaligned read (e.g. into a strided output) spans two lines
+    uint64_t v = 0, v2 = 0;
+    if (!line_wait(line, flag, &v, site, r.origin, p.line_phase)) return false;
+    if (b0 + k * kE > 8 && !line_wait(line + kLineBytes, flag, &v2, site, r.origin, p.line_phase)) return false;
+#pragma unroll
+    for (int j = 0; j < kK; ++j) {
+      const int b = b0 + j * kE;
+      x[j] = elem_of<T>(b < 8 ? v : v2, b & 7);
     }
     return true;
   }
   const T* src = reinterpret_cast<const T*>(r.buf == kInput ? p.input : p.output) + r.offset + e0;
   if (k == kK && (reinterpret_cast<uintptr_t>(src) & 7) == 0) {  // a whole line's worth: one 8-byte load
     const uint64_t v = *reinterpret_cast<const uint64_t*>(src);
-    memcpy(x, &v, kLinePayload);
+#pragma unroll
+    for (int j = 0; j < kK; ++j) x[j] = elem_of<T>(v, j * kE);
     return true;
   }
-  for (int j = 0; j < k; ++j) x[j] = src[j];
+#pragma unroll
+  for (int j = 0; j < kK; ++j)
+    if (j < k) x[j] = src[j];
   return true;
 }
 
 template <class T>
 __device__ __forceinline__ void store_unit(const KernelParams& p, char* const* lines, const DevRef& d, int64_t e0, int k,
-                                           const T* x, LineFlags flag) {
-  constexpr int64_t kE = sizeof(T), kK = kLinePayload / kE;
-  if (d.buf == kWorkspace) {  // starts on a line (NOTE [line plans])
-    T all[kK] = {};
-    for (int j = 0; j < k; ++j) all[j] = x[j];
-    uint64_t v;
-    memcpy(&v, all, kLinePayload);
-    line_store(lines[d.rank] + ((d.offset + e0) * kE >> 3) * kLineBytes, v, flag);
+                                           const T (&x)[kUnit<T>], LineFlags flag) {
+  constexpr int kE = sizeof(T), kK = kUnit<T>;
+  if (d.buf == kWorkspace) {  // starts on a line (NOTE [line plans]); zeros after the op's end
+    line_store(lines[d.rank] + ((d.offset + e0) * kE >> 3) * kLineBytes, pack_unit<T>(x, k), flag);
     return;
   }
   T* dst = reinterpret_cast<T*>(d.buf == kInput ? p.input : p.output) + d.offset + e0;
   if (k == kK && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {  // one 8-byte store
-    uint64_t v;
-    memcpy(&v, x, kLinePayload);
-    *reinterpret_cast<uint64_t*>(dst) = v;
+    *reinterpret_cast<uint64_t*>(dst) = pack_unit<T>(x, kK);
     return;
   }
-  for (int j = 0; j < k; ++j) dst[j] = x[j];
+#pragma unroll
+  for (int j = 0; j < kK; ++j)
+    if (j < k) dst[j] = x[j];
 }
 
 // The arithmetic of reduce.cuh's reduce_one, on k elements per source.
@@ -106,32 +134,37 @@ template <class T, class Op, bool kAvg>
 __device__ __forceinline__ bool reduce_unit(const KernelParams& p, char* const* lines, const DevOp& op,
                                             const DevRef* srcs, int64_t e0, int k, LineFlags flag, const WaitSite& site) {
   using A = typename Elem<T>::Acc;
-  constexpr int kK = static_cast<int>(kLinePayload / sizeof(T));
-  T x[kK];
+  constexpr int kK = kUnit<T>;
+  T x[kK] = {};
   A acc[kK];
   if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;
-  for (int j = 0; j < k; ++j) acc[j] = Elem<T>::load(x[j]);
+#pragma unroll
+  for (int j = 0; j < kK; ++j) acc[j] = Elem<T>::load(x[j]);
   for (int s = 1; s < op.src_count; ++s) {
     if (!load_unit<T>(p, lines, srcs[op.src_begin + s], e0, k, x, flag, site)) return false;
-    for (int j = 0; j < k; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));
+#pragma unroll
+    for (int j = 0; j < kK; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));
   }
-  for (int j = 0; j < k; ++j) x[j] = Elem<T>::store(kAvg ? div(acc[j], static_cast<A>(op.src_count)) : acc[j]);
+#pragma unroll
+  for (int j = 0; j < kK; ++j) x[j] = Elem<T>::store(kAvg ? div(acc[j], static_cast<A>(op.src_count)) : acc[j]);
   store_unit<T>(p, lines, op.dst, e0, k, x, flag);
   return true;
 }
 
 // One Copy / Reduce op, this block's share (NOTE [block partition]).
+// Inlined into the kernel: a call would read the kernel parameters through
+// a generic pointer (a global load each) instead of the constant bank.
 template <class T>
-__device__ bool line_op(const KernelParams& p, char* const* lines, const DevOp& op, const DevRef* srcs, LineFlags flag,
-                        const WaitSite& site) {
-  constexpr int64_t kE = sizeof(T), kK = kLinePayload / kE;
+__device__ __forceinline__ bool line_op(const KernelParams& p, char* const* lines, const DevOp& op, const DevRef* srcs,
+                                        LineFlags flag, const WaitSite& site) {
+  constexpr int64_t kE = sizeof(T), kK = kUnit<T>;
   const int G = static_cast<int>(gridDim.x);
-  const int64_t per = part_size(op.n, G, kE), lo = blockIdx.x * per;
+  const int64_t per = G == 1 ? op.n : part_size(op.n, G, kE), lo = blockIdx.x * per;
   const int64_t hi = op.n < lo + per ? op.n : lo + per;
   for (int64_t e0 = lo + threadIdx.x * kK; e0 < hi; e0 += static_cast<int64_t>(blockDim.x) * kK) {
     const int k = static_cast<int>(hi - e0 < kK ? hi - e0 : kK);
     if (op.code == kCopy) {
-      T x[kK];
+      T x[kK] = {};
       if (!load_unit<T>(p, lines, srcs[op.src_begin], e0, k, x, flag, site)) return false;
       store_unit<T>(p, lines, op.dst, e0, k, x, flag);
       continue;
@@ -161,6 +194,7 @@ template <class T, bool kWide>
 __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ KernelParams p) {
   __shared__ uint64_t s_state[4];
   __shared__ char* s_lines[kMaxWorld];
+  __shared__ uint64_t* s_pads[kMaxWorld];  // peer q's pad, for end_launch's Done stores
   __shared__ DevOp s_ops[detail::kStagedOps];
   __shared__ DevRef s_srcs[detail::kStagedSrcs];
   const int tid = threadIdx.x, G = static_cast<int>(gridDim.x);
@@ -194,6 +228,7 @@ __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ Kern
       if (seen < pbase && *reinterpret_cast<const volatile uint64_t*>(broken) == 0)
         ok = wait_flag<true>(done, pbase, seen, site, q, 0, kDone, p.reuse_phase);
     }
+    s_pads[q] = reinterpret_cast<uint64_t*>(region);
     s_lines[q] = reinterpret_cast<char*>(region) + (kWide ? L.wide_offset + static_cast<int64_t>(lseq & 1) * L.wide_half
                                                           : L.line_offset + static_cast<int64_t>(lseq & 1) * L.line_half);
   }
@@ -201,26 +236,31 @@ __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ Kern
   const uint64_t base = s_state[0], lbase = s_state[1], lseq = s_state[3];
   const LineFlags flag = line_flags(lseq, p.call_sig);
   site.base = base;
-  const DevOp* ops = staged ? s_ops : p.ops ? p.ops : p.inl.ops;
-  const DevRef* srcs = staged ? s_srcs : p.ops ? p.srcs : p.inl.srcs;
-  for (int i = 0; i < p.n_ops; ++i) {
-    const DevOp& op = ops[i];
-    switch (op.code) {
-      case kLocalSync:
-        if (!detail::local_sync(p, op, lbase, site, G)) return;
-        break;
-      case kCopy:
-      case kReduce: {
-        bool ok;
-        if constexpr (kWide) ok = detail::wide_op<T>(p, s_lines, op, srcs, wide_flag(flag), site);
-        else ok = detail::line_op<T>(p, s_lines, op, srcs, flag, site);
-        if (__syncthreads_or(!ok)) return;
-        break;
+  // The op loop, instantiated for the staged plan (shared memory) and for a
+  // plan read in place: one pointer for both would make every op and source
+  // read of a staged plan a generic load (NOTE [staged plan]).
+  auto run_ops = [&](const DevOp* ops, const DevRef* srcs) -> bool {
+    for (int i = 0; i < p.n_ops; ++i) {
+      const DevOp& op = ops[i];
+      switch (op.code) {
+        case kLocalSync:
+          if (!detail::local_sync(p, op, lbase, site, G)) return false;
+          break;
+        case kCopy:
+        case kReduce: {
+          bool ok;
+          if constexpr (kWide) ok = detail::wide_op<T>(p, s_lines, op, srcs, wide_flag(flag), site);
+          else ok = detail::line_op<T>(p, s_lines, op, srcs, flag, site);
+          if (__syncthreads_or(!ok)) return false;
+          break;
+        }
+        default: break;  // Wait / Signal: carried by the lines
       }
-      default: break;  // Wait / Signal: carried by the lines
     }
-  }
-  detail::end_launch(p, base, lbase, G, true, true);
+    return true;
+  };
+  if (!(staged ? run_ops(s_ops, s_srcs) : run_ops(p.ops ? p.ops : p.inl.ops, p.ops ? p.srcs : p.inl.srcs))) return;
+  detail::end_launch(p, base, lbase, lseq, G, true, true, s_pads);
 }
 
 }  // namespace purlin::atom::cuda

@@ -155,9 +155,13 @@ __device__ void reduce_by_op(int redop, T* dst, const T* const* srcs, const Acc*
 // peer's next write there must be ordered after these reads by the memory
 // model itself (a release Done), not by the line flags. Their remote stores
 // were already released by Staged, so the fences wait for local ones only.
-// region_run: a line or parity launch, which advances lseq.
-__device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base, uint64_t lbase, int G, bool line_run,
-                                           bool region_run) {
+// region_run: a line or parity launch, which advances lseq (read at the
+// launch's start: no launch changes it before its last block ends, and a
+// read-modify-write here would cost the last block a memory round trip).
+// pads: the peers' pads as the launch already read them (shared memory), or
+// null to read them from the peer table here (another round trip).
+__device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base, uint64_t lbase, uint64_t lseq, int G,
+                                           bool line_run, bool region_run, uint64_t* const* pads) {
   const PadLayout& L = p.layout;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -172,10 +176,10 @@ __device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base,
       p.pad[L.pbase()] = base;
       p.pad[L.base()] = next;
       p.pad[L.lbase()] = lbase + p.local_syncs;
-      if (region_run) p.pad[L.lseq()] += 1;
+      if (region_run) p.pad[L.lseq()] = lseq + 1;
       for (int q = 0; q < L.world; ++q) {
         if (q == p.rank) continue;
-        uint64_t* done = peer_pad(p, q) + L.flag(kDone, p.rank, 0);
+        uint64_t* done = (pads ? pads[q] : peer_pad(p, q)) + L.flag(kDone, p.rank, 0);
         if (line_run) ptx::st_relaxed_sys(done, next);
         else ptx::st_release_sys(done, next);
       }
@@ -342,7 +346,7 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
     }
   }
 
-  detail::end_launch(p, base, lbase, G, false, parity);
+  detail::end_launch(p, base, lbase, s_state[4], G, false, parity, nullptr);
 }
 
 }  // namespace purlin::atom::cuda

@@ -28,7 +28,9 @@ struct WaitSite {
   uint32_t op_name;
 };
 
-static __device__ __noinline__ void record_timeout(const WaitSite& s, int peer, int from_block, int kind, uint64_t target,
+// Inlined (rarely run, but a call's ABI costs the line kernel a stack and
+// spills on its fast path: NOTE [register units] in line_kernel.cuh).
+static __device__ __forceinline__ void record_timeout(const WaitSite& s, int peer, int from_block, int kind, uint64_t target,
                                             uint64_t seen, uint32_t phase, uint64_t waited) {
   if (atomicCAS(reinterpret_cast<unsigned long long*>(s.broken), 0ull, 1ull) != 0ull) return;
   ErrorRecord* e = s.err;

@@ -64,8 +64,14 @@ __device__ __forceinline__ WideWords wide_load(const void* part) {
 // vote). Returns false in every lane (after one lane recorded why, unless the
 // group was already broken) on a call-tag mismatch, a timeout, or a group
 // broken elsewhere. `origin` is the rank whose data the line holds.
-static __device__ __noinline__ bool wide_wait_slow(const void* part, bool active, uint64_t flag, WideWords* out,
-                                                   const WaitSite& site, int origin, uint32_t phase);
+// The poll after a first miss, inlined, its words returned in registers
+// (NOTE [register units] in line_kernel.cuh).
+struct WideWaited {
+  WideWords w;
+  bool ok;
+};
+static __device__ __forceinline__ WideWaited wide_wait_slow(const void* part, bool active, uint64_t flag,
+                                                         const WaitSite& site, int origin, uint32_t phase);
 
 __device__ __forceinline__ bool wide_wait(const void* part, bool active, uint64_t flag, WideWords* out,
                                           const WaitSite& site, int origin, uint32_t phase) {
@@ -77,11 +83,13 @@ __device__ __forceinline__ bool wide_wait(const void* part, bool active, uint64_
     *out = w;
     return true;
   }
-  return wide_wait_slow(part, active, flag, out, site, origin, phase);
+  const WideWaited r = wide_wait_slow(part, active, flag, site, origin, phase);
+  *out = r.w;
+  return r.ok;
 }
 
-static __device__ __noinline__ bool wide_wait_slow(const void* part, bool active, uint64_t flag, WideWords* out,
-                                                   const WaitSite& site, int origin, uint32_t phase) {
+static __device__ __forceinline__ WideWaited wide_wait_slow(const void* part, bool active, uint64_t flag,
+                                                         const WaitSite& site, int origin, uint32_t phase) {
   constexpr unsigned kAll = 0xffffffffu;
   const bool flag_lane = (threadIdx.x & (kWideGroup - 1)) == kWideGroup - 1;
   const uint64_t t0 = ptx::globaltimer_ns();
@@ -91,10 +99,7 @@ static __device__ __noinline__ bool wide_wait_slow(const void* part, bool active
     __syncwarp();
     if (active) w = wide_load(part);
     const bool ready = !active || !flag_lane || w.hi == flag;
-    if (__all_sync(kAll, ready)) {
-      *out = w;
-      return true;
-    }
+    if (__all_sync(kAll, ready)) return WideWaited{w, true};
     // This sequence, another call's hash in f1 (NOTE [flagged lines]).
     const bool foreign = !ready && static_cast<uint32_t>(w.hi) == static_cast<uint32_t>(flag) &&
                          ((w.hi >> 32) & 0xFFFFu) == ((flag >> 32) & 0xFFFFu);
@@ -118,7 +123,7 @@ static __device__ __noinline__ bool wide_wait_slow(const void* part, bool active
       if (verdict == 2) record_timeout(raw, origin, 0, kCallTag, flag >> 32, seen >> 32, phase, 0);
       else record_timeout(raw, origin, 0, kLine, static_cast<uint32_t>(flag), static_cast<uint32_t>(seen), phase, now - t0);
     }
-    return false;
+    return WideWaited{w, false};
   }
 }
 

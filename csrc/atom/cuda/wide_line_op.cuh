@@ -25,44 +25,89 @@ __device__ __forceinline__ char* wide_part(char* const* lines, const DevRef& r, 
   return lines[r.rank] + (first + line) * kWideLineBytes + (threadIdx.x & (kWideGroup - 1)) * 16;
 }
 
-// k elements of plain memory (Input / Output) to / from x (16-byte aligned):
-// one 16-byte access where the memory is 16-byte aligned, 8-byte accesses
-// where it is 8-byte aligned (a lane's bytes start at 120 l + 16 j, so every
-// odd line, and lane 7 always holds 8 bytes), elements otherwise.
+// Element j (< 16 / sizeof(T), a constant once unrolled) of a lane's 16
+// bytes, and its bits set into zeroed ones: shifts on the two words, so a
+// lane's data stays in registers (NOTE [register units] in line_kernel.cuh).
 template <class T>
-__device__ __forceinline__ void copy_plain(T* dst, const T* src, int k) {
-  constexpr int kU = 16 / sizeof(T), kH = kU / 2;
-  const uintptr_t both = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst);
-  if (k == kU && (both & 15) == 0) {
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    return;
-  }
-  int j = 0;
-  if ((both & 7) == 0 && k >= kH) {
-    *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src);
-    j = kH;
-    if (k == kU) {
-      reinterpret_cast<uint64_t*>(dst)[1] = reinterpret_cast<const uint64_t*>(src)[1];
-      return;
-    }
-  }
-  for (; j < kU; ++j)
-    if (j < k) dst[j] = src[j];
+__device__ __forceinline__ T wide_elem(const WideWords& w, int j) {
+  constexpr int kH = 8 / sizeof(T);
+  const uint64_t v = (j < kH ? w.lo : w.hi) >> (8 * sizeof(T) * (j % kH));
+  T x;
+  memcpy(&x, &v, sizeof(T));
+  return x;
 }
 
-// This lane's k elements (from op element e0) of ref r into x. Called by the
-// whole warp: a Workspace read polls the line with the group.
+template <class T>
+__device__ __forceinline__ void wide_set(WideWords& w, int j, T x) {
+  constexpr int kH = 8 / sizeof(T);
+  uint64_t v = 0;
+  memcpy(&v, &x, sizeof(T));
+  v <<= 8 * sizeof(T) * (j % kH);
+  if (j < kH) w.lo |= v;
+  else w.hi |= v;
+}
+
+// k elements of plain memory (Input / Output) to / from a lane's words: one
+// 16-byte access where the memory is 16-byte aligned, 8-byte accesses where
+// it is 8-byte aligned (a lane's bytes start at 120 l + 16 j, so every odd
+// line, and lane 7 always holds 8 bytes), elements otherwise. Words past k
+// load as zeros.
+template <class T>
+__device__ __forceinline__ WideWords load_plain(const T* src, int k) {
+  constexpr int kU = 16 / sizeof(T), kH = kU / 2;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src);
+  if (k == kU && (a & 15) == 0) {
+    const ulonglong2 v = *reinterpret_cast<const ulonglong2*>(src);
+    return WideWords{v.x, v.y};
+  }
+  WideWords w{0, 0};
+  int j0 = 0;
+  if ((a & 7) == 0 && k >= kH) {
+    w.lo = *reinterpret_cast<const uint64_t*>(src);
+    if (k == kU) {
+      w.hi = reinterpret_cast<const uint64_t*>(src)[1];
+      return w;
+    }
+    j0 = kH;
+  }
+#pragma unroll
+  for (int j = 0; j < kU; ++j)
+    if (j >= j0 && j < k) wide_set<T>(w, j, src[j]);
+  return w;
+}
+
+template <class T>
+__device__ __forceinline__ void store_plain(T* dst, const WideWords& w, int k) {
+  constexpr int kU = 16 / sizeof(T), kH = kU / 2;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+  if (k == kU && (a & 15) == 0) {
+    *reinterpret_cast<ulonglong2*>(dst) = ulonglong2{w.lo, w.hi};
+    return;
+  }
+  int j0 = 0;
+  if ((a & 7) == 0 && k >= kH) {
+    *reinterpret_cast<uint64_t*>(dst) = w.lo;
+    if (k == kU) {
+      reinterpret_cast<uint64_t*>(dst)[1] = w.hi;
+      return;
+    }
+    j0 = kH;
+  }
+#pragma unroll
+  for (int j = 0; j < kU; ++j)
+    if (j >= j0 && j < k) dst[j] = wide_elem<T>(w, j);
+}
+
+// This lane's k elements (from op element e0) of ref r into *x. Called by
+// the whole warp: a Workspace read polls the line with the group.
 template <class T>
 __device__ __forceinline__ bool wide_load_ref(const KernelParams& p, char* const* lines, const DevRef& r, int64_t line,
-                                              int64_t e0, int k, bool active, T* x, uint64_t flag,
+                                              int64_t e0, int k, bool active, WideWords* x, uint64_t flag,
                                               const WaitSite& site) {
-  if (r.buf == kWorkspace) {
-    WideWords w;
-    if (!wide_wait(wide_part<T>(lines, r, line), active, flag, &w, site, r.origin, p.line_phase)) return false;
-    memcpy(x, &w, 16);  // lane 7: the flag word lies beyond its k
-    return true;
-  }
-  if (active) copy_plain<T>(x, reinterpret_cast<const T*>(r.buf == kInput ? p.input : p.output) + r.offset + e0, k);
+  if (r.buf == kWorkspace)  // lane 7: the flag word lies beyond its k
+    return wide_wait(wide_part<T>(lines, r, line), active, flag, x, site, r.origin, p.line_phase);
+  *x = active ? load_plain<T>(reinterpret_cast<const T*>(r.buf == kInput ? p.input : p.output) + r.offset + e0, k)
+              : WideWords{0, 0};
   return true;
 }
 
@@ -70,11 +115,9 @@ __device__ __forceinline__ bool wide_load_ref(const KernelParams& p, char* const
 // line with the group, zeros past the op's end and the flag word in lane 7.
 template <class T>
 __device__ __forceinline__ void wide_store_ref(const KernelParams& p, char* const* lines, const DevRef& d, int64_t line,
-                                               int64_t e0, int k, bool active, const T* x, uint64_t flag) {
+                                               int64_t e0, int k, bool active, WideWords w, uint64_t flag) {
   if (d.buf == kWorkspace) {
-    WideWords w;
-    memcpy(&w, x, 16);  // then zeros past the op's end (registers, not a variable-length copy)
-    const int bytes = k * static_cast<int>(sizeof(T));
+    const int bytes = k * static_cast<int>(sizeof(T));  // zeros past the op's end (registers)
     if (bytes < 16) {
       w.hi = bytes <= 8 ? 0 : w.hi & ((1ull << (8 * (bytes - 8))) - 1);
       w.lo = bytes >= 8 ? w.lo : bytes == 0 ? 0 : w.lo & ((1ull << (8 * bytes)) - 1);
@@ -84,7 +127,7 @@ __device__ __forceinline__ void wide_store_ref(const KernelParams& p, char* cons
     if (active) wide_store(wide_part<T>(lines, d, line), w);
     return;
   }
-  if (active) copy_plain<T>(reinterpret_cast<T*>(d.buf == kInput ? p.input : p.output) + d.offset + e0, x, k);
+  if (active) store_plain<T>(reinterpret_cast<T*>(d.buf == kInput ? p.input : p.output) + d.offset + e0, w, k);
 }
 
 // The arithmetic of reduce.cuh's reduce_one (sources in plan order).
@@ -94,26 +137,28 @@ __device__ __forceinline__ bool wide_reduce(const KernelParams& p, char* const* 
                                             uint64_t flag, const WaitSite& site) {
   using A = typename Elem<T>::Acc;
   constexpr int kU = 16 / sizeof(T);
-  alignas(16) T x[kU];
+  WideWords w;
   A acc[kU];
-  if (!wide_load_ref<T>(p, lines, srcs[op.src_begin], line, e0, k, active, x, flag, site)) return false;
-  for (int j = 0; j < kU; ++j)
-    if (j < k) acc[j] = Elem<T>::load(x[j]);
+  if (!wide_load_ref<T>(p, lines, srcs[op.src_begin], line, e0, k, active, &w, flag, site)) return false;
+#pragma unroll
+  for (int j = 0; j < kU; ++j) acc[j] = Elem<T>::load(wide_elem<T>(w, j));
   for (int s = 1; s < op.src_count; ++s) {
-    if (!wide_load_ref<T>(p, lines, srcs[op.src_begin + s], line, e0, k, active, x, flag, site)) return false;
-    for (int j = 0; j < kU; ++j)
-      if (j < k) acc[j] = Op::step(acc[j], Elem<T>::load(x[j]));
+    if (!wide_load_ref<T>(p, lines, srcs[op.src_begin + s], line, e0, k, active, &w, flag, site)) return false;
+#pragma unroll
+    for (int j = 0; j < kU; ++j) acc[j] = Op::step(acc[j], Elem<T>::load(wide_elem<T>(w, j)));
   }
+  WideWords out{0, 0};
+#pragma unroll
   for (int j = 0; j < kU; ++j)
-    if (j < k) x[j] = Elem<T>::store(kAvg ? div(acc[j], static_cast<A>(op.src_count)) : acc[j]);
-  wide_store_ref<T>(p, lines, op.dst, line, e0, k, active, x, flag);
+    wide_set<T>(out, j, Elem<T>::store(kAvg ? div(acc[j], static_cast<A>(op.src_count)) : acc[j]));
+  wide_store_ref<T>(p, lines, op.dst, line, e0, k, active, out, flag);
   return true;
 }
 
 // One Copy / Reduce op, this block's lines. Returns false (in every thread
 // of a warp alike) when a wait failed.
 template <class T>
-__device__ bool wide_op(const KernelParams& p, char* const* lines, const DevOp& op, const DevRef* srcs, uint64_t flag,
+__device__ __forceinline__ bool wide_op(const KernelParams& p, char* const* lines, const DevOp& op, const DevRef* srcs, uint64_t flag,
                         const WaitSite& site) {
   constexpr int64_t kE = sizeof(T), kP = kWidePayload / kE;
   constexpr int kU = 16 / kE;
@@ -130,9 +175,9 @@ __device__ bool wide_op(const KernelParams& p, char* const* lines, const DevOp& 
     const int64_t cap = j == kWideGroup - 1 ? kU / 2 : kU, left = op.n - e0;
     const int k = static_cast<int>(left <= 0 ? 0 : left < cap ? left : cap);
     if (op.code == kCopy) {
-      alignas(16) T x[kU];
-      if (!wide_load_ref<T>(p, lines, srcs[op.src_begin], line, e0, k, active, x, flag, site)) return false;
-      wide_store_ref<T>(p, lines, op.dst, line, e0, k, active, x, flag);
+      WideWords w;
+      if (!wide_load_ref<T>(p, lines, srcs[op.src_begin], line, e0, k, active, &w, flag, site)) return false;
+      wide_store_ref<T>(p, lines, op.dst, line, e0, k, active, w, flag);
       continue;
     }
     if constexpr (kReducible<T>) {
