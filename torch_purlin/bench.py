@@ -362,7 +362,9 @@ def parse_args(argv):
         "(purlin, nccl, gloo, ...), purlin-sym, symm1, symm2 (symm = both); default "
         + "; ".join(f"{k}: {v}" for k, v in DEFAULT_IMPLS.items()))
     add("--mode", choices=("eager", "graph", "both"), help="default eager")
-    add("--warm-up-s", type=float, default=0.3, help="seconds of GPU work before the first cell (0: none); default 0.3")
+    add("--warm-up-s", type=float, default=0.3,
+        help="seconds of GPU work, then one untimed cell per impl and mode, before the first cell "
+             "(0: neither; NOTE [warm-up cell]); default 0.3")
     add("--graph-ops", type=int, default=GRAPH_OPS, help=f"collectives per captured graph; default {GRAPH_OPS}")
     add("--graph-timing", choices=("queued", "replay"), default="queued",
         help="queued (default): the host queues the timed replays while the GPU sleeps, so they run back to back; "
@@ -474,6 +476,26 @@ def warm_up_gpu(seconds):
         torch.cuda.synchronize()
 
 
+def warm_up_cell(impls, args, n, rank):
+    """NOTE [warm-up cell] The first measured cell of a fresh bench process ran
+    slow even after warm_up_gpu: all_reduce 1K eager, the bench's first cell,
+    115-191 us per call in cuda_h200x2_20261130l against 19 us at 4K right
+    after it (first launches load kernels lazily and set up workspaces, and a
+    slow probe call in measure() cuts a cell to a few samples). So, when
+    --warm-up-s > 0, every impl first runs the first op's smallest case once
+    in each mode, untimed; the results are dropped."""
+    name = args.ops[0]
+    op = OPS[name]
+    wide = n if "nc" in op.inp + op.out else 1
+    place = places(name, args)[0]
+    case = Case(name, place, max(1, args.min_bytes // args.dtype.itemsize // wide), args, n, rank)
+    for mode in args.modes:
+        for impl in impls:
+            if impl.supports(name, place):
+                measure(case, impl, mode, args.seed - 1, args)
+    del case
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     args.t0 = time.perf_counter()
@@ -484,6 +506,8 @@ def main(argv=None):
     dist.init_process_group("cpu:gloo,cuda:nccl" if nccl else "gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     impls = make_impls(args, rank, n)
+    if args.warm_up_s > 0:
+        warm_up_cell(impls, args, n, rank)
     spec = sys.modules["__main__"].__spec__    # None when run by path
     out = bench_report.Printer(rank == 0, args, impls, n, spec.name if spec else sys.argv[0])
     sizes = [args.min_bytes]
