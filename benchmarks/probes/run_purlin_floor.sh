@@ -15,7 +15,9 @@
 #   the mismatch checks), stamps (no change in behaviour: clock64() at the line
 #   kernel's phase boundaries, printed as cycles since entry), stamps_op (also
 #   inside the copy and reduce element loops), relaxed_reuse (the reuse wait's
-#   first Done poll relaxed, not acquire). Only the named copies are built. `spin` and
+#   first Done poll relaxed, not acquire), stamps_last (stamps on the last
+#   block), div32 (a block's share of an op in 32-bit arithmetic; session 10,
+#   not run yet). Only the named copies are built. `spin` and
 #   `nowait`/`nodone` need the sources they were written against: a pattern
 #   that no longer matches stops the script (python assert).
 set -uo pipefail
@@ -89,7 +91,17 @@ STAMPS_OP = STAMPS + [
 # relaxed_reuse: the reuse wait's first poll of a peer's Done relaxed instead of acquire (no L1 invalidation).
 RELAXED_REUSE = (K, "      const uint64_t seen = ptx::ld_acquire_sys(done);",
                  "      const uint64_t seen = *reinterpret_cast<const volatile uint64_t*>(done);")
-edits = {"relaxed_reuse": [RELAXED_REUSE], "nowait": [NOWAIT], "nodone": [NODONE], "nowait_nodone": [NOWAIT, NODONE], "spin": [SPIN], "stamps": STAMPS,
+# stamps_last: stamps on the launch's last block instead of block 0 (at G > 1 the last block to
+# finish pays end_launch's counter round trip; which block ends last varies).
+STAMPS_LAST = [(f, o, n.replace("blockIdx.x == 0 && threadIdx.x == 0;", "blockIdx.x == gridDim.x - 1 && threadIdx.x == 0;"))
+               for f, o, n in STAMPS]
+# div32: a block's share of an op in 32-bit arithmetic (the probe's ops are < 2^31 elements)
+# instead of part_size()'s 64-bit division (a call to the division routine per op at G > 1).
+DIV32 = (K, "  const int64_t per = G == 1 ? op.n : part_size(op.n, G, kE), lo = blockIdx.x * per;",
+         "  constexpr uint32_t kAl = static_cast<uint32_t>(kPartBytes / kE);\n"
+         "  const int64_t per = G == 1 ? op.n : static_cast<int64_t>(((static_cast<uint32_t>(op.n) + G - 1) / "
+         "static_cast<uint32_t>(G) + kAl - 1) / kAl * kAl), lo = blockIdx.x * per;")
+edits = {"relaxed_reuse": [RELAXED_REUSE], "stamps_last": STAMPS_LAST, "div32": [DIV32], "nowait": [NOWAIT], "nodone": [NODONE], "nowait_nodone": [NOWAIT, NODONE], "spin": [SPIN], "stamps": STAMPS,
          "stamps_op": STAMPS_OP}
 for name, changes in edits.items():
     if name not in sys.argv[2].split():
