@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "atom/cuda/signal.cuh"
 
@@ -36,6 +37,24 @@ constexpr uint64_t kLineMismatchNs = 1000000;  // a fresh f0 with a foreign f1 t
 struct LineFlags {
   uint32_t f0, f1;
 };
+
+// An element of a payload word, and an element's bits placed in one, at
+// byte b (a multiple of sizeof(T), b + sizeof(T) <= 8): shifts, so words and
+// elements stay in registers (NOTE [register units] in line_kernel.cuh).
+template <class T>
+__device__ __forceinline__ T elem_of(uint64_t v, int b) {
+  const uint64_t w = v >> (8 * b);
+  T x;
+  memcpy(&x, &w, sizeof(T));
+  return x;
+}
+
+template <class T>
+__device__ __forceinline__ uint64_t elem_bits(T x, int b) {
+  uint64_t w = 0;
+  memcpy(&w, &x, sizeof(T));
+  return w << (8 * b);
+}
 
 __host__ __device__ constexpr LineFlags line_flags(uint64_t seq, uint64_t sig) {
   const uint32_t h = static_cast<uint32_t>((sig ^ (sig >> 16) ^ (sig >> 32) ^ (sig >> 48)) & 0xFFFFu);
@@ -72,25 +91,6 @@ struct LineWaited {
   uint64_t payload;
   bool ok;
 };
-static __device__ __forceinline__ LineWaited line_wait_slow(const void* line, LineFlags f, const WaitSite& site,
-                                                         int origin, uint32_t phase);
-
-// Polls `line` until it carries flags `f`; returns its payload in *out.
-// Returns false (after recording why, unless another thread already broke
-// the group) on a call-tag mismatch, a timeout, or a group broken elsewhere.
-// `origin` is the rank whose data the line holds, for the record. A line
-// that has arrived costs one load.
-__device__ __forceinline__ bool line_wait(const void* line, LineFlags f, uint64_t* out, const WaitSite& site,
-                                          int origin, uint32_t phase) {
-  const LineSeen r = line_load(line);
-  if (r.f0 == f.f0 && r.f1 == f.f1) {
-    *out = r.payload;
-    return true;
-  }
-  const LineWaited w = line_wait_slow(line, f, site, origin, phase);
-  *out = w.payload;
-  return w.ok;
-}
 
 static __device__ __forceinline__ LineWaited line_wait_slow(const void* line, LineFlags f, const WaitSite& site,
                                                          int origin, uint32_t phase) {
@@ -118,6 +118,23 @@ static __device__ __forceinline__ LineWaited line_wait_slow(const void* line, Li
       }
     }
   }
+}
+
+// Polls `line` until it carries flags `f`; returns its payload in *out.
+// Returns false (after recording why, unless another thread already broke
+// the group) on a call-tag mismatch, a timeout, or a group broken elsewhere.
+// `origin` is the rank whose data the line holds, for the record. A line
+// that has arrived costs one load.
+__device__ __forceinline__ bool line_wait(const void* line, LineFlags f, uint64_t* out, const WaitSite& site,
+                                          int origin, uint32_t phase) {
+  const LineSeen r = line_load(line);
+  if (r.f0 == f.f0 && r.f1 == f.f1) {
+    *out = r.payload;
+    return true;
+  }
+  const LineWaited w = line_wait_slow(line, f, site, origin, phase);
+  *out = w.payload;
+  return w.ok;
 }
 
 }  // namespace purlin::atom::cuda

@@ -57,24 +57,14 @@ namespace detail {
 template <class T>
 constexpr int kUnit = static_cast<int>(kLinePayload / sizeof(T));
 
-// Element at byte b (a multiple of sizeof(T), b + sizeof(T) <= 8) of word v.
-template <class T>
-__device__ __forceinline__ T elem_of(uint64_t v, int b) {
-  const uint64_t w = v >> (8 * b);
-  T x;
-  memcpy(&x, &w, sizeof(T));
-  return x;
-}
-
 // The first k elements of x packed into a word, zeros after them.
 template <class T>
 __device__ __forceinline__ uint64_t pack_unit(const T (&x)[kUnit<T>], int k) {
   uint64_t v = 0;
 #pragma unroll
   for (int j = 0; j < kUnit<T>; ++j) {
-    uint64_t w = 0;
-    memcpy(&w, &x[j], sizeof(T));
-    if (j < k) v |= w << (8 * sizeof(T) * j);
+    const uint64_t w = elem_bits<T>(x[j], sizeof(T) * j);
+    if (j < k) v |= w;
   }
   return v;
 }

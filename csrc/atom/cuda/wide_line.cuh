@@ -58,35 +58,12 @@ __device__ __forceinline__ WideWords wide_load(const void* part) {
   return w;
 }
 
-// Polls this lane's 16 bytes `part` of a wide line until the line's flag
-// word (lane 7 of the group) is `flag`. Called by all 32 lanes of a warp
-// together; `active` false for lanes of a group without a line (they only
-// vote). Returns false in every lane (after one lane recorded why, unless the
-// group was already broken) on a call-tag mismatch, a timeout, or a group
-// broken elsewhere. `origin` is the rank whose data the line holds.
 // The poll after a first miss, inlined, its words returned in registers
 // (NOTE [register units] in line_kernel.cuh).
 struct WideWaited {
   WideWords w;
   bool ok;
 };
-static __device__ __forceinline__ WideWaited wide_wait_slow(const void* part, bool active, uint64_t flag,
-                                                         const WaitSite& site, int origin, uint32_t phase);
-
-__device__ __forceinline__ bool wide_wait(const void* part, bool active, uint64_t flag, WideWords* out,
-                                          const WaitSite& site, int origin, uint32_t phase) {
-  WideWords w{0, 0};
-  __syncwarp();  // the group's eight loads in one instruction
-  if (active) w = wide_load(part);
-  const bool flag_lane = (threadIdx.x & (kWideGroup - 1)) == kWideGroup - 1;
-  if (__all_sync(0xffffffffu, !active || !flag_lane || w.hi == flag)) {
-    *out = w;
-    return true;
-  }
-  const WideWaited r = wide_wait_slow(part, active, flag, site, origin, phase);
-  *out = r.w;
-  return r.ok;
-}
 
 static __device__ __forceinline__ WideWaited wide_wait_slow(const void* part, bool active, uint64_t flag,
                                                          const WaitSite& site, int origin, uint32_t phase) {
@@ -125,6 +102,27 @@ static __device__ __forceinline__ WideWaited wide_wait_slow(const void* part, bo
     }
     return WideWaited{w, false};
   }
+}
+
+// Polls this lane's 16 bytes `part` of a wide line until the line's flag
+// word (lane 7 of the group) is `flag`. Called by all 32 lanes of a warp
+// together; `active` false for lanes of a group without a line (they only
+// vote). Returns false in every lane (after one lane recorded why, unless the
+// group was already broken) on a call-tag mismatch, a timeout, or a group
+// broken elsewhere. `origin` is the rank whose data the line holds.
+__device__ __forceinline__ bool wide_wait(const void* part, bool active, uint64_t flag, WideWords* out,
+                                          const WaitSite& site, int origin, uint32_t phase) {
+  WideWords w{0, 0};
+  __syncwarp();  // the group's eight loads in one instruction
+  if (active) w = wide_load(part);
+  const bool flag_lane = (threadIdx.x & (kWideGroup - 1)) == kWideGroup - 1;
+  if (__all_sync(0xffffffffu, !active || !flag_lane || w.hi == flag)) {
+    *out = w;
+    return true;
+  }
+  const WideWaited r = wide_wait_slow(part, active, flag, site, origin, phase);
+  *out = r.w;
+  return r.ok;
 }
 
 }  // namespace purlin::atom::cuda

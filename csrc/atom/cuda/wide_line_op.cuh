@@ -26,15 +26,14 @@ __device__ __forceinline__ char* wide_part(char* const* lines, const DevRef& r, 
 }
 
 // Element j (< 16 / sizeof(T), a constant once unrolled) of a lane's 16
-// bytes, and its bits set into zeroed ones: shifts on the two words, so a
-// lane's data stays in registers (NOTE [register units] in line_kernel.cuh).
+// bytes, and its bits set into zeroed ones: shifts on one of the two words
+// (NOTE [register units] in line_kernel.cuh). wide_set spells out elem_bits:
+// calling it gave ptxas another schedule (same instructions, reordered),
+// and this is the code the GPU suite ran.
 template <class T>
 __device__ __forceinline__ T wide_elem(const WideWords& w, int j) {
   constexpr int kH = 8 / sizeof(T);
-  const uint64_t v = (j < kH ? w.lo : w.hi) >> (8 * sizeof(T) * (j % kH));
-  T x;
-  memcpy(&x, &v, sizeof(T));
-  return x;
+  return elem_of<T>(j < kH ? w.lo : w.hi, sizeof(T) * (j % kH));
 }
 
 template <class T>
