@@ -407,6 +407,12 @@ def parse_args(argv):
     return a
 
 
+def width(name, n):
+    """Counts per size: size(B) = width * count * elem (n for ops whose layout has a rank axis)."""
+    op = OPS[name]
+    return n if "nc" in op.inp + op.out else 1
+
+
 def places(name, args):
     op = OPS[name]
     return [p for p in op.places if args.place in (None, p)] or op.places
@@ -485,10 +491,8 @@ def warm_up_cell(impls, args, n, rank):
     --warm-up-s > 0, every impl first runs the first op's smallest case once
     in each mode, untimed; the results are dropped."""
     name = args.ops[0]
-    op = OPS[name]
-    wide = n if "nc" in op.inp + op.out else 1
     place = places(name, args)[0]
-    case = Case(name, place, max(1, args.min_bytes // args.dtype.itemsize // wide), args, n, rank)
+    case = Case(name, place, max(1, args.min_bytes // args.dtype.itemsize // width(name, n)), args, n, rank)
     for mode in args.modes:
         for impl in impls:
             if impl.supports(name, place):
@@ -516,7 +520,7 @@ def main(argv=None):
     seed, records = args.seed, []
     for name in args.ops:
         op = OPS[name]
-        wide = n if "nc" in op.inp + op.out else 1          # size(B) = wide * count * elem
+        wide = width(name, n)
         for place in places(name, args):
             here = [i for i in impls if i.supports(name, place)]
             if not here:
