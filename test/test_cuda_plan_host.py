@@ -49,7 +49,7 @@ def test_plan_protocol_mutations_fail(emulator, mutation):
 
 
 def test_launch_config_tables(tmp_path):
-    """Block counts by size (launch_config*.cu): tables, caps and the fixed override."""
+    """Block counts by size and the line launch shapes (launch_config*.cu): tables, caps and the fixed override."""
     if not shutil.which("g++"):
         pytest.skip("g++ is required")
     exe = tmp_path / "test_launch_config"

@@ -915,14 +915,15 @@ def _worker(rank, world, init_file, log_path):
         dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0), group=pg)  # never on lines
         assert torch.all(x == 2 * W)
         assert "lines" not in torch_purlin.last_launch(pg)["protocol"], torch_purlin.last_launch(pg)
-        # TORCH_PURLIN_CUDA_LINE_FORMAT: auto (pg) takes wide lines above 256K per rank for reductions and
-        # single-chunk copies, above 512K for all_gather / all_to_all, narrow ones for the rest; wide and
-        # narrow take theirs (NOTE [wide lines]). float32: 800 KB or 400 KB per rank (an all_gather's limit
-        # counts its output: W x 800/W KB).
+        # TORCH_PURLIN_CUDA_LINE_FORMAT: auto (pg) takes wide lines above 128K per rank for single-chunk
+        # specs (all_reduce, broadcast), above 512K for all_gather / all_to_all (wide_line_plan in
+        # cuda_group.cc), narrow ones for the rest; wide and narrow take theirs (NOTE [wide lines]).
+        # float32: 800, 400 or 100 KB per rank (an all_gather's limit counts its output: W x 800/W KB).
         # Ranks sharing a GPU: auto takes narrow lines only (NOTE [shared GPU]).
         auto_wide = "lines" if shared else "wide-lines"
         for group, op, kb, want in ((pg, "all_reduce", 800, "one-shot+" + auto_wide),
-                                    (pg, "broadcast", 800, "copy+" + auto_wide), (pg, "all_gather", 400, "copy+lines"),
+                                    (pg, "all_reduce", 100, "one-shot+lines"), (pg, "broadcast", 100, "copy+lines"),
+                                    (pg, "broadcast", 400, "copy+" + auto_wide), (pg, "all_gather", 400, "copy+lines"),
                                     (pg, "all_gather", 800, "copy+" + auto_wide), (wide, "all_gather", 400, "copy+wide-lines"),
                                     (wide, "all_reduce", 800, "one-shot+wide-lines"),
                                     (narrow, "all_reduce", 800, "one-shot+lines"), (narrow, "all_gather", 800, "copy+lines")):

@@ -50,8 +50,10 @@ struct Case {
   const char* name;
   const char* op;     // all_reduce, broadcast, all_gather
   int64_t bytes;      // per rank (all_gather: input per rank)
-  int threads;        // 0: the workspace's
+  int threads;        // 0: the launch shape's (as blocks)
   bool overlap;
+  int blocks = 0;     // 0: the launch config's narrow_line_shape / wide_line_shape
+  bool wide = false;  // wide lines (needs the wide region: not under a shared GPU)
 };
 
 // bf16 helpers for the check (inputs are small integers: sums are exact).
@@ -115,16 +117,33 @@ int main(int argc, char** argv) {
   const int T = ws->threads();
   const Case cases[] = {
       {"all_reduce 1K", "all_reduce", 1 << 10, 0, true},      {"all_reduce 1K pdl=0", "all_reduce", 1 << 10, 0, false},
-      {"all_reduce 1K 128thr", "all_reduce", 1 << 10, 128, true}, {"all_reduce 64K", "all_reduce", 64 << 10, 0, true},
+      {"all_reduce 1K 512thr", "all_reduce", 1 << 10, 512, true}, {"all_reduce 4K", "all_reduce", 4 << 10, 0, true},
+      {"all_reduce 16K", "all_reduce", 16 << 10, 0, true},    {"all_reduce 64K", "all_reduce", 64 << 10, 0, true},
+      // Session 11: the 64K launch shape (blocks x threads, one line per thread unless noted) and wide lines.
+      {"all_reduce 64K 16x512", "all_reduce", 64 << 10, 512, true, 16},
+      {"all_reduce 64K 8x1024", "all_reduce", 64 << 10, 1024, true, 8},
+      {"all_reduce 64K 32x256", "all_reduce", 64 << 10, 256, true, 32},
+      {"all_reduce 64K 64x128", "all_reduce", 64 << 10, 128, true, 64},
+      {"all_reduce 64K wide", "all_reduce", 64 << 10, 0, true, 0, true},
+      {"all_reduce 64K wide 64x128", "all_reduce", 64 << 10, 128, true, 64, true},
+      {"all_reduce 256K", "all_reduce", 256 << 10, 0, true},  {"all_reduce 256K wide", "all_reduce", 256 << 10, 0, true, 0, true},
+      {"all_reduce 256K wide 128x128", "all_reduce", 256 << 10, 128, true, 128, true},
+      {"all_reduce 256K wide 128x256", "all_reduce", 256 << 10, 256, true, 128, true},
+      {"all_reduce 128K", "all_reduce", 128 << 10, 0, true},  {"all_reduce 128K wide", "all_reduce", 128 << 10, 0, true, 0, true},
+      {"all_reduce 128K wide 64x256", "all_reduce", 128 << 10, 256, true, 64, true},
+      {"all_reduce 1M wide", "all_reduce", 1 << 20, 0, true, 0, true},
+      {"all_reduce 1M wide 128x1024", "all_reduce", 1 << 20, 1024, true, 128, true},
+      {"all_gather 256K", "all_gather", 256 << 10, 0, true},  {"all_gather 256K wide", "all_gather", 256 << 10, 0, true, 0, true},
       {"all_reduce 1M", "all_reduce", 1 << 20, 0, true},      {"broadcast 1K", "broadcast", 1 << 10, 0, true},
-      {"all_gather 1K", "all_gather", 1 << 10, 0, true},
+      {"all_gather 1K", "all_gather", 1 << 10, 0, true},       {"broadcast 64K", "broadcast", 64 << 10, 0, true},
+      {"all_gather 64K", "all_gather", 64 << 10, 0, true},
   };
   if (rank == 0)
     std::printf("# purlin_floor: purlin's line plans, 2 processes (CUDA IPC), bf16, %d launches per graph, time per "
                 "launch (us), median of %d queued replays, max over ranks; workspace: %d threads, %s lines\n"
-                "%-24s %8s %8s %8s %6s %8s %s\n",
+                "%-24s %8s %8s %8s %9s %8s %s\n",
                 n_ops, kReps - 1, T, ws->line_format() == cu::LineFormat::Wide ? "wide" : "narrow (auto)", "case",
-                "median", "min", "max", "blocks", "#wrong", "protocol");
+                "median", "min", "max", "grid", "#wrong", "protocol");
   const char* only = argc > 2 ? argv[2] : nullptr;  // run only the cases whose name contains this
   for (const Case& c : cases) {
     if (only && !std::strstr(c.name, only)) continue;
@@ -140,7 +159,11 @@ int main(int argc, char** argv) {
     o.direct_local = true;
     o.reduce_algo = snac::ReduceAlgo::OneShot;
     o.push = true;
-    const bool wide = ws->line_format() == cu::LineFormat::Wide && lbytes > (256 << 10);
+    const bool wide = c.wide || (ws->line_format() == cu::LineFormat::Wide && lbytes > (256 << 10));
+    if (wide && ws->layout().wide_offset <= 0) {
+      if (rank == 0) std::printf("%-24s (no wide-line region: %s)\n", c.name, ws->wide_refusal().c_str());
+      continue;
+    }
     o.align_elems = (wide ? cu::kWideAlignBytes : cu::kPartBytes) / esize;
     o.slot_elems = ws->line_slot_elems(esize, wide) / o.align_elems * o.align_elems;
     const snac::Plan plan = snac::make_plan(spec, rank, o);
@@ -148,10 +171,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: %d rounds, not a line plan\n", c.name, plan.rounds);
       std::_Exit(1);
     }
-    const int blocks = ws->launch_config().line_blocks_for(lbytes);
+    // As CudaGroup::plan_for: NOTE [narrow line shape], [wide line shape].
+    int64_t chunk_bytes = 0;  // wide lines: by the largest chunk, as plan_for
+    for (const auto& ch : spec.chunks) chunk_bytes = std::max(chunk_bytes, ch.numel() * esize);
+    const cu::LaunchShape shape =
+        wide ? ws->launch_config().wide_line_shape(chunk_bytes) : ws->launch_config().narrow_line_shape(lbytes);
+    const int blocks = c.blocks ? c.blocks : shape.blocks;
+    const int threads = c.threads ? c.threads : shape.threads;
     if (rank == 0 && &c == &cases[0]) std::printf("# rank 0's plan for %s:\n%s", c.name, plan.describe().c_str());
-    const cu::DevicePlan dp = cu::lower_plan(plan, blocks, esize, reduces || !gather ? cu::IoAlias::Same : cu::IoAlias::Disjoint,
-                                             0, wide ? cu::Partition::WideLines : cu::Partition::Parts);
+    cu::DevicePlan dp = cu::lower_plan(plan, blocks, esize, reduces || !gather ? cu::IoAlias::Same : cu::IoAlias::Disjoint,
+                                       0, wide ? cu::Partition::WideLines : cu::Partition::Parts);
+    static const bool keep_carried = std::getenv("PF_KEEP_CARRIED") && std::atoi(std::getenv("PF_KEEP_CARRIED")) == 1;
+    if (!keep_carried) cu::drop_line_carried_ops(&dp);  // NOTE [line-carried ops], as CudaGroup::plan_for
     cu::InlinePlan inl;
     cu::to_inline(dp, &inl);
     // PF_DEVICE_PLAN=1: the plan from device memory (as plan_store.h keeps large ones), not the parameters;
@@ -186,7 +217,7 @@ int main(int argc, char** argv) {
     l.redop = RedOp::Sum;
     l.timeout_ns = 20000000000ull;
     l.op_name = cu::intern_name(c.op);
-    l.threads = c.threads ? c.threads : T;
+    l.threads = threads;
     l.blocks = blocks;
     l.lines = true;
     l.wide_lines = wide;
@@ -215,10 +246,10 @@ int main(int argc, char** argv) {
     sh->wrong[rank] = wrong;
     barrier(sh, rank, gen);
     if (rank == 0)
-      std::printf("%-24s %8.2f %8.2f %8.2f %6d %8d %s\n", c.name, t.median, t.lo, t.hi, blocks,
+      std::printf("%-24s %8.2f %8.2f %8.2f %4dx%-4d %8d %s\n", c.name, t.median, t.lo, t.hi, blocks, threads,
                   sh->wrong[0] + sh->wrong[1], wide ? "wide lines" : "lines");
     // run_purlin_floor.sh's `stamps` build leaves clock64() stamps of the last launch at output + 2 MiB.
-    long long st[21] = {};
+    long long st[22] = {};
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaMemcpy(st, out + (2 << 20), sizeof st, cudaMemcpyDeviceToHost));
     if (rank == 0 && st[0] != 0) {
@@ -226,6 +257,10 @@ int main(int argc, char** argv) {
                   st[2] - st[0]);
       for (int i = 0; i < st[12] && i < 8; ++i) std::printf(" %lld", st[3 + i] - st[0]);
       std::printf(", end_launch %lld (SM %lld)\n", st[11] - st[0], st[13]);
+      if (st[14] != 0 || st[15] != 0)  // state_stamps: inside the launch-state phase
+        std::printf("  state phase (cycles since entry): thread 0's state loads landed %lld, the reuse poll's loads "
+                    "landed %lld, barrier entered %lld\n",
+                    st[14] ? st[14] - st[0] : 0, st[15] ? st[15] - st[0] : 0, st[21] ? st[21] - st[0] : 0);
       if (st[18] != 0 || st[20] != 0)  // stamps_op: the last Reduce / Copy element of block 0's thread 0
         std::printf("  in ops (cycles since entry): reduce after src0 %lld, after src1.. %lld, after store %lld; "
                     "copy after load %lld, after store %lld\n",

@@ -273,22 +273,34 @@ namespace {
 
 // NOTE [wide lines]: whether a line plan of `spec` (`bytes` per rank, dense
 // destinations) runs on wide lines. Auto picks them where they measured
-// faster on 2x H200 (benchmarks/results/cuda_h200x2_20261130f_probes.md,
-// cuda_h200x2_20261130g_probes.md): above 256K per rank for reductions and
-// single-chunk copies (broadcast; all_reduce 512K 10.3 -> 8.6 us), above 512K
-// for copies of several chunks (all_gather / all_to_all 1M 0.7-0.9 us
-// faster; 256K-512K 0.9-1.2 us slower); everything smaller ran 0.2-1.3 us
-// slower on them. Rank-invariant: the Spec only.
+// faster on 2x H200: single-chunk specs (all_reduce, broadcast, reduce)
+// above 128K per rank (session 11, with NOTE [wide line shape]:
+// benchmarks/results/cuda_h200x2_20261130m_probes.md, table C: all_reduce
+// 256K 5.20 us wide vs 5.64 narrow; 128K even, 64K narrow ahead);
+// reductions of several chunks (reduce_scatter) above 256K and copies of
+// several chunks (all_gather, all_to_all) above 512K, as measured before
+// (cuda_h200x2_20261130f / g_probes.md; with wide lines from 128K the bench
+// `cuda_h200x2_20261130m` had all_gather / reduce_scatter in place 0.2-0.4 us
+// slower at 256K). Rank-invariant: the Spec only.
 bool wide_line_plan(cu::LineFormat format, const snac::Spec& spec, int64_t bytes) {
-  constexpr int64_t kAutoWideAbove = 256 << 10;        // reductions, single-chunk copies
-  constexpr int64_t kAutoWideCopiesAbove = 512 << 10;  // copies of several chunks
+  constexpr int64_t kAutoWideOneChunkAbove = 128 << 10;  // all_reduce, broadcast, reduce
+  constexpr int64_t kAutoWideReduceAbove = 256 << 10;    // reduce_scatter
+  constexpr int64_t kAutoWideCopiesAbove = 512 << 10;    // all_gather, all_to_all
   switch (format) {
     case cu::LineFormat::Narrow: return false;
     case cu::LineFormat::Wide: return true;
     case cu::LineFormat::Auto: break;
   }
-  if (spec.kind == snac::OpKind::Reduce || spec.chunks.size() == 1) return bytes > kAutoWideAbove;
-  return bytes > kAutoWideCopiesAbove;
+  if (spec.chunks.size() == 1) return bytes > kAutoWideOneChunkAbove;
+  return bytes > (spec.kind == snac::OpKind::Reduce ? kAutoWideReduceAbove : kAutoWideCopiesAbove);
+}
+
+// The bytes of the Spec's largest chunk: one Copy / Reduce op of a line plan
+// moves at most that much (rank-invariant, as the Spec).
+int64_t largest_chunk_bytes(const snac::Spec& spec, int64_t esize) {
+  int64_t most = 0;
+  for (const auto& ch : spec.chunks) most = std::max(most, ch.numel() * esize);
+  return most;
 }
 
 // A region plan (NOTE [line plans], [parity plans]): the one-shot push plan of
@@ -382,8 +394,19 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
     plan = snac::make_plan(spec, rank_, opt);
   }
   c->spec_bytes = spec_bytes;
-  c->blocks = c->lines ? ws_->launch_config().line_blocks_for(lbytes)
-                       : ws_->launch_config().blocks_for(spec_bytes);
+  const cu::LaunchConfig& config = ws_->launch_config();
+  c->threads = ws_->threads();
+  if (c->lines) {  // NOTE [narrow line shape], [wide line shape]
+    // Wide lines by the largest op (one chunk): with the rank's total, the
+    // ops of several-chunk specs got 1 line a warp (all_gather / all_to_all /
+    // reduce_scatter 1M 0.3-0.6 us slower in cuda_h200x2_20261130m).
+    const cu::LaunchShape shape = c->wide ? config.wide_line_shape(largest_chunk_bytes(spec, esize))
+                                          : config.narrow_line_shape(lbytes);
+    c->blocks = shape.blocks;
+    c->threads = shape.threads;
+  } else {
+    c->blocks = config.blocks_for(spec_bytes);
+  }
   if (spec.kind == snac::OpKind::Copy && !zero_copy && !c->lines && !c->parity) {
     // The copy-engine Atom runs pull plans only (NOTE [stream memop ordering]:
     // its waits do not flush remote data writes, and pull plans make none).
@@ -393,6 +416,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   }
   c->plan = cu::lower_plan(plan, c->blocks, esize, alias, shift,
                            c->wide ? cu::Partition::WideLines : cu::Partition::Parts);
+  if (c->lines) cu::drop_line_carried_ops(&c->plan);  // NOTE [line-carried ops]
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
@@ -499,7 +523,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.scale = rq.scale;
   l.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
   l.op_name = cu::intern_name(rq.name);
-  l.threads = ws_->threads();
+  l.threads = c.threads;
   l.blocks = c.blocks;
   l.lines = c.lines;
   l.wide_lines = c.wide;

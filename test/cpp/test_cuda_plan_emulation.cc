@@ -633,6 +633,12 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
   for (const cu::DevOp& op : c.plan.ops) {
     pause(rng, slow);
     const char* phase = cu::interned_name(op.phase);
+    if (c.lines && (op.code == cu::kWait || op.code == cu::kSignal)) {  // NOTE [line-carried ops]
+      std::printf("FAIL rank %d: a line plan kept a %s op (drop_line_carried_ops)\n", r,
+                  op.code == cu::kWait ? "Wait" : "Signal");
+      ++g_failed;
+      continue;
+    }
     switch (op.code) {
       case cu::kWait:
         if (c.lines) break;  // carried by the lines
@@ -895,6 +901,7 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     if (!lines && !parity) plans[r] = snac::make_plan(spec, r, opts[r]);
     p.calls[r].plan = cu::lower_plan(plans[r], cs.blocks, kEsize, aliases[r], shifts[r],
                                      wide ? cu::Partition::WideLines : cu::Partition::Parts);
+    if (lines) cu::drop_line_carried_ops(&p.calls[r].plan);  // as CudaGroup::plan_for
     p.calls[r].blocks = cs.blocks;
     p.calls[r].zero_copy = !lines && !parity && opts[r].read_peer_inputs;
     p.calls[r].lines = lines;

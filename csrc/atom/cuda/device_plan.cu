@@ -91,6 +91,14 @@ constexpr size_t kMaxHistory = 4096;  // beyond this a barrier is cheaper than t
 
 }  // namespace
 
+void drop_line_carried_ops(DevicePlan* plan) {
+  std::vector<DevOp> kept;
+  kept.reserve(plan->ops.size());
+  for (const DevOp& op : plan->ops)
+    if (op.code != kWait && op.code != kSignal) kept.push_back(op);
+  plan->ops = std::move(kept);
+}
+
 DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift,
                       Partition partition) {
   if (blocks < 1 || blocks > kMaxBlocks) throw std::invalid_argument("purlin: bad block count for a CUDA plan");

@@ -111,6 +111,14 @@ struct DevicePlan {
 DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift = 0,
                       Partition partition = Partition::Parts);
 
+// NOTE [line-carried ops] A line kernel (line_kernel.cuh) carries Stage and
+//   Notify in its flagged lines: a line plan's Wait and Signal ops do
+//   nothing there. Dropping them on the host spares the kernel's op loop a
+//   visit each, ~200 cycles apiece on H200 (the one-shot all_reduce has three
+//   of its five ops so; docs/PERFORMANCE.md, session 11). Only for plans run
+//   by the line kernel: the plan kernel's flags are these ops.
+void drop_line_carried_ops(DevicePlan* plan);
+
 // A small process-wide table of static strings (collective names, SNAC
 // phases) so kernels can name them in error records by number.
 uint16_t intern_name(const char* s);

@@ -2,6 +2,8 @@
 #include <algorithm>
 
 #include "atom/cuda/launch_config.h"
+
+#include "atom/cuda/device_plan.h"  // kWidePayload
 #include "atom/cuda/signal_pad.h"
 
 namespace purlin::atom::cuda {
@@ -13,13 +15,30 @@ int LaunchConfig::blocks_for(int64_t bytes) const {
   return max_blocks;
 }
 
-// NOTE [line plans]: a line kernel's threads are latency-bound (each polls
-// its lines), so it takes one 8-byte line per thread and op: bytes / 8 /
-// threads blocks, within [1, max_blocks].
-int LaunchConfig::line_blocks_for(int64_t bytes) const {
-  if (fixed_blocks > 0) return fixed_blocks;
-  const int64_t per_block = static_cast<int64_t>(threads) * 8;
-  return static_cast<int>(std::clamp<int64_t>((bytes + per_block - 1) / per_block, 1, max_blocks));
+// NOTE [narrow line shape] A line kernel's threads are latency-bound (each
+//   polls its lines). A narrow line kernel runs one line per thread in
+//   blocks of kLineThreads: more, smaller blocks, spread over more SMs, and
+//   no idle threads in a block's barriers. Measured on 2x H200
+//   (benchmarks/results/cuda_h200x2_20261130m_probes.md, per launch in a
+//   graph): all_reduce 1K 3.47 us with 512 threads, 3.25 with 128; 64K 4.78
+//   with 16 x 512, 4.52 with 32 x 256, 4.48 with 64 x 128, 5.23 with 8 x
+//   1024. Past max_blocks blocks a block takes more threads (up to
+//   `threads`), then more than one line per thread. Only the block count
+//   must agree across ranks (it partitions the ops); it depends on the
+//   bytes and the agreed config only. Threads are a launch's own choice.
+//   (Until session 11 narrow and wide launches both took bytes / 8 /
+//   `threads` blocks of `threads`.)
+LaunchShape LaunchConfig::narrow_line_shape(int64_t bytes) const {
+  constexpr int64_t kLineThreads = 128, kWarp = 32;
+  const int64_t lines = std::max<int64_t>(1, (bytes + 7) / 8);
+  LaunchShape s;
+  s.blocks = fixed_blocks > 0 ? fixed_blocks
+                              : static_cast<int>(std::clamp<int64_t>((lines + kLineThreads - 1) / kLineThreads, 1,
+                                                                     max_blocks));
+  const int64_t per_block = (lines + s.blocks - 1) / s.blocks;
+  s.threads = static_cast<int>(
+      std::clamp<int64_t>((per_block + kWarp - 1) / kWarp * kWarp, std::min<int64_t>(kLineThreads, threads), threads));
+  return s;
 }
 
 LaunchConfig make_launch_config(const char* name, int threads, std::initializer_list<std::pair<int64_t, int>> steps,
@@ -47,6 +66,27 @@ LaunchConfig launch_config_portable(const DeviceInfo& d) {
 LaunchConfig choose_launch_config(const DeviceInfo& d) {
   if (d.major == 9 && d.minor == 0) return launch_config_sm90(d);
   return launch_config_portable(d);
+}
+
+// NOTE [wide line shape] A warp moves wide lines (128 bytes, 120 of payload:
+//   NOTE [wide lines]) one at a time; a wide line launch gives each warp
+//   kWideLinesPerWarp of them, in blocks of at least 4 warps, as many blocks
+//   as that needs up to max_blocks, then more warps a block (up to 1024
+//   threads). Measured on 2x H200 (cuda_h200x2_20261130m_probes.md, table C):
+//   all_reduce 1M 8.69 us at 128 x 512 (4.3 lines a warp), 8.17 at 128 x
+//   1024 (2.1); 256K 5.39 at 64 x 512, 5.20 at 128 x 256, 6.16 at 128 x 128
+//   (4.3); 128K 5.05 at 32 x 512, 4.76 at 64 x 256. The block count is
+//   rank-invariant as for narrow lines.
+LaunchShape LaunchConfig::wide_line_shape(int64_t bytes) const {
+  constexpr int64_t kWideLinesPerWarp = 2, kWarp = 32, kMinWarps = 4, kMaxThreads = 1024;
+  const int64_t lines = std::max<int64_t>(1, (bytes + kWidePayload - 1) / kWidePayload);
+  const int64_t warps = (lines + kWideLinesPerWarp - 1) / kWideLinesPerWarp;
+  LaunchShape s;
+  s.blocks = fixed_blocks > 0 ? fixed_blocks
+                              : static_cast<int>(std::clamp<int64_t>((warps + kMinWarps - 1) / kMinWarps, 1, max_blocks));
+  const int64_t per_block = (warps + s.blocks - 1) / s.blocks;
+  s.threads = static_cast<int>(std::clamp<int64_t>(per_block, kMinWarps, kMaxThreads / kWarp) * kWarp);
+  return s;
 }
 
 }  // namespace purlin::atom::cuda

@@ -22,6 +22,12 @@ struct DeviceInfo {
   int sm_count = 1;
 };
 
+// A launch's grid: blocks of threads each.
+struct LaunchShape {
+  int blocks = 1;
+  int threads = 512;
+};
+
 struct LaunchConfig {
   static constexpr int kSteps = 6;
   int threads = 512;
@@ -33,8 +39,11 @@ struct LaunchConfig {
 
   // Blocks for a collective whose Spec moves `bytes` (rank-invariant).
   int blocks_for(int64_t bytes) const;
-  // Blocks for a line collective (line_kernel.cuh) of `bytes` per rank (rank-invariant).
-  int line_blocks_for(int64_t bytes) const;
+  // Blocks and threads for a narrow-line collective of `bytes` per rank
+  // (NOTE [narrow line shape]; the block count is rank-invariant).
+  LaunchShape narrow_line_shape(int64_t bytes) const;
+  // ... and for a wide-line collective (NOTE [wide line shape]).
+  LaunchShape wide_line_shape(int64_t bytes) const;
 };
 
 // A config from its table: (up to bytes, blocks) steps in increasing size,
