@@ -240,6 +240,7 @@ class Printer:
             purlin=getattr(purlin, "__version__", source_version()) if purlin else "not used",
             dtype=str(args.dtype).removeprefix("torch."), redop=args.redop, iters=args.iters,
             warmup=args.warmup, time_cap_s=args.time_cap, check=args.check, modes=args.modes,
+            eager_passes=getattr(args, "eager_passes", 1),
             graph_ops=args.graph_ops, graph_timing=args.graph_timing,
             impls={i.label: i.backend for i in impls},
             impl_about={i.label: i.about for i in impls}, env=env, notes=args.notes)
@@ -253,7 +254,9 @@ class Printer:
             + (f"; {v['gpu']}" if "gpu" in v else ""),
             f"- dtype {m['dtype']}, redop {m['redop']}, iters {m['iters']}, warmup "
             f"{m['warmup']}, time cap {m['time_cap_s']} s per size and impl, check "
-            f"{'on' if m['check'] else 'off'}, modes {', '.join(m['modes'])}",
+            f"{'on' if m['check'] else 'off'}, modes {', '.join(m['modes'])}"
+            + (f"; eager: the fastest of {m['eager_passes']} passes per impl, impls in alternating order"
+               if "eager" in m["modes"] and m["eager_passes"] > 1 else ""),
             f"- impls: {'; '.join(f'{k} = {a}' for k, a in m['impl_about'].items())}",
             f"- vs X = time(X) / time({first}), above 1 means {first} is faster"
             + ("; vs symm: the faster of symm1 and symm2" if "symm-mem" in kinds else ""),
