@@ -172,10 +172,8 @@ int main(int argc, char** argv) {
       std::_Exit(1);
     }
     // As CudaGroup::plan_for: NOTE [narrow line shape], [wide line shape].
-    int64_t chunk_bytes = 0;  // wide lines: by the largest chunk, as plan_for
-    for (const auto& ch : spec.chunks) chunk_bytes = std::max(chunk_bytes, ch.numel() * esize);
-    const cu::LaunchShape shape =
-        wide ? ws->launch_config().wide_line_shape(chunk_bytes) : ws->launch_config().narrow_line_shape(lbytes);
+    const cu::LaunchShape shape = wide ? ws->launch_config().wide_line_shape(snac::max_chunk_elems(spec) * esize)
+                                       : ws->launch_config().narrow_line_shape(lbytes);
     const int blocks = c.blocks ? c.blocks : shape.blocks;
     const int threads = c.threads ? c.threads : shape.threads;
     if (rank == 0 && &c == &cases[0]) std::printf("# rank 0's plan for %s:\n%s", c.name, plan.describe().c_str());

@@ -295,14 +295,6 @@ bool wide_line_plan(cu::LineFormat format, const snac::Spec& spec, int64_t bytes
   return bytes > (spec.kind == snac::OpKind::Reduce ? kAutoWideReduceAbove : kAutoWideCopiesAbove);
 }
 
-// The bytes of the Spec's largest chunk: one Copy / Reduce op of a line plan
-// moves at most that much (rank-invariant, as the Spec).
-int64_t largest_chunk_bytes(const snac::Spec& spec, int64_t esize) {
-  int64_t most = 0;
-  for (const auto& ch : spec.chunks) most = std::max(most, ch.numel() * esize);
-  return most;
-}
-
 // A region plan (NOTE [line plans], [parity plans]): the one-shot push plan of
 // `spec` laid out in `region_elems` elements, if it needs one round only; then
 // *opt takes its options. False when it needs more rounds or the region
@@ -400,7 +392,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
     // Wide lines by the largest op (one chunk): with the rank's total, the
     // ops of several-chunk specs got 1 line a warp (all_gather / all_to_all /
     // reduce_scatter 1M 0.3-0.6 us slower in cuda_h200x2_20261130m).
-    const cu::LaunchShape shape = c->wide ? config.wide_line_shape(largest_chunk_bytes(spec, esize))
+    const cu::LaunchShape shape = c->wide ? config.wide_line_shape(snac::max_chunk_elems(spec) * esize)
                                           : config.narrow_line_shape(lbytes);
     c->blocks = shape.blocks;
     c->threads = shape.threads;

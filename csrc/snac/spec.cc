@@ -88,4 +88,10 @@ int64_t max_rank_elems(const Spec& spec) {
   return most;
 }
 
+int64_t max_chunk_elems(const Spec& spec) {
+  int64_t most = 0;
+  for (const auto& ch : spec.chunks) most = std::max(most, ch.numel());
+  return most;
+}
+
 }  // namespace purlin::snac

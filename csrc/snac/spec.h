@@ -71,6 +71,9 @@ struct Spec {
 // destination) in `spec`: a size every rank derives alike, unlike its own
 // tensor sizes (a scatter's root holds W blocks of input, its peers none).
 int64_t max_rank_elems(const Spec& spec);
+// The elements of `spec`'s largest chunk: the most one op of a one-round plan
+// moves (rank-invariant, as max_rank_elems).
+int64_t max_chunk_elems(const Spec& spec);
 
 struct Span {
   int64_t first;

@@ -435,7 +435,7 @@ void check_line_writer(const BlockCtx& x, Line& l) {
     std::lock_guard<std::mutex> g(line_mu(&l));
     writer = l.writer / kBlocks;
   }
-  if (writer != x.r && !((x.c.line_from[writer >> 6] >> (writer & 63)) & 1)) {  // its own lines need no floor
+  if (writer != x.r && !cu::peer_in_mask(x.c.line_from, writer)) {  // its own lines need no floor
     std::printf("FAIL rank %d read a line of rank %d, not among line_writers()\n", x.r, writer);
     ++g_failed;
   }
@@ -630,7 +630,7 @@ void end_launch(BlockCtx& x) {
   if (x.c.lines || x.c.parity) ++me.lseq;
   if (x.c.lines)  // NOTE [reuse floor]: the peers whose lines this launch read finished their previous launch
     for (int q = 0; q < x.g.world; ++q)
-      if (q != x.r && (g_mutation == Mutation::FloorAllPeers || ((x.c.line_from[q >> 6] >> (q & 63)) & 1)))
+      if (q != x.r && (g_mutation == Mutation::FloorAllPeers || cu::peer_in_mask(x.c.line_from, q)))
         me.floor[q] = x.base;
   for (int q = 0; q < x.g.world; ++q)
     if (q != x.r) {

@@ -125,6 +125,9 @@ void drop_line_carried_ops(DevicePlan* plan);
 // NOTE [reuse floor] (line_kernel.cuh).
 void line_writers(const DevicePlan& plan, int rank, uint64_t mask[2]);
 
+// Whether peer q is in a mask of kMaxWorld peers kept as two words (line_writers()).
+PURLIN_HD bool peer_in_mask(const uint64_t mask[2], int q) { return (mask[q >> 6] >> (q & 63)) & 1; }
+
 // A small process-wide table of static strings (collective names, SNAC
 // phases) so kernels can name them in error records by number.
 uint16_t intern_name(const char* s);

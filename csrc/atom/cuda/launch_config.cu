@@ -1,5 +1,6 @@
 // launch_config.cu — the portable launch configuration and the one choice.
 #include <algorithm>
+#include <utility>
 
 #include "atom/cuda/launch_config.h"
 
@@ -14,6 +15,20 @@ int LaunchConfig::blocks_for(int64_t bytes) const {
     if (blocks[i] > 0 && bytes <= up_to_bytes[i]) return std::min(blocks[i], max_blocks);
   return max_blocks;
 }
+
+namespace {
+
+// A line launch's blocks for `units` of work (lines, warps) at `per_block`
+// units a block, within [1, max_blocks] (TORCH_PURLIN_CUDA_BLOCKS wins), and
+// the units each block then takes.
+std::pair<int, int64_t> spread(const LaunchConfig& c, int64_t units, int64_t per_block) {
+  const int blocks = c.fixed_blocks > 0 ? c.fixed_blocks
+                                        : static_cast<int>(std::clamp<int64_t>((units + per_block - 1) / per_block, 1,
+                                                                               c.max_blocks));
+  return {blocks, (units + blocks - 1) / blocks};
+}
+
+}  // namespace
 
 // NOTE [narrow line shape] A line kernel's threads are latency-bound (each
 //   polls its lines). A narrow line kernel runs one line per thread in
@@ -31,11 +46,9 @@ int LaunchConfig::blocks_for(int64_t bytes) const {
 LaunchShape LaunchConfig::narrow_line_shape(int64_t bytes) const {
   constexpr int64_t kLineThreads = 128, kWarp = 32;
   const int64_t lines = std::max<int64_t>(1, (bytes + 7) / 8);
+  const auto [blocks, per_block] = spread(*this, lines, kLineThreads);
   LaunchShape s;
-  s.blocks = fixed_blocks > 0 ? fixed_blocks
-                              : static_cast<int>(std::clamp<int64_t>((lines + kLineThreads - 1) / kLineThreads, 1,
-                                                                     max_blocks));
-  const int64_t per_block = (lines + s.blocks - 1) / s.blocks;
+  s.blocks = blocks;
   s.threads = static_cast<int>(
       std::clamp<int64_t>((per_block + kWarp - 1) / kWarp * kWarp, std::min<int64_t>(kLineThreads, threads), threads));
   return s;
@@ -81,10 +94,9 @@ LaunchShape LaunchConfig::wide_line_shape(int64_t bytes) const {
   constexpr int64_t kWideLinesPerWarp = 2, kWarp = 32, kMinWarps = 4, kMaxThreads = 1024;
   const int64_t lines = std::max<int64_t>(1, (bytes + kWidePayload - 1) / kWidePayload);
   const int64_t warps = (lines + kWideLinesPerWarp - 1) / kWideLinesPerWarp;
+  const auto [blocks, per_block] = spread(*this, warps, kMinWarps);
   LaunchShape s;
-  s.blocks = fixed_blocks > 0 ? fixed_blocks
-                              : static_cast<int>(std::clamp<int64_t>((warps + kMinWarps - 1) / kMinWarps, 1, max_blocks));
-  const int64_t per_block = (warps + s.blocks - 1) / s.blocks;
+  s.blocks = blocks;
   s.threads = static_cast<int>(std::clamp<int64_t>(per_block, kMinWarps, kMaxThreads / kWarp) * kWarp);
   return s;
 }

@@ -180,7 +180,7 @@ __device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base,
       if (region_run) p.pad[L.lseq()] = lseq + 1;
       if (line_run)  // NOTE [reuse floor]: every peer whose lines this launch read has finished its previous launch
         for (int q = 0; q < L.world; ++q)
-          if ((p.line_from[q >> 6] >> (q & 63)) & 1) p.pad[L.reuse_floor(q)] = base;
+          if (peer_in_mask(p.line_from, q)) p.pad[L.reuse_floor(q)] = base;
       for (int q = 0; q < L.world; ++q) {
         if (q == p.rank) continue;
         uint64_t* done = (pads ? pads[q] : peer_pad(p, q)) + L.flag(kDone, p.rank, 0);
