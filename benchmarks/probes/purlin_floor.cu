@@ -181,10 +181,6 @@ int main(int argc, char** argv) {
                                        0, wide ? cu::Partition::WideLines : cu::Partition::Parts);
     static const bool keep_carried = std::getenv("PF_KEEP_CARRIED") && std::atoi(std::getenv("PF_KEEP_CARRIED")) == 1;
     if (!keep_carried) cu::drop_line_carried_ops(&dp);  // NOTE [line-carried ops], as CudaGroup::plan_for
-    uint64_t line_from[2] = {0, 0};
-    // NOTE [reuse floor], as plan_for; PF_NO_FLOOR=1 launches without it (every line launch reads the peer's Done).
-    static const bool no_floor = std::getenv("PF_NO_FLOOR") && std::atoi(std::getenv("PF_NO_FLOOR")) == 1;
-    if (!no_floor) cu::line_writers(dp, rank, line_from);
     cu::InlinePlan inl;
     cu::to_inline(dp, &inl);
     // PF_DEVICE_PLAN=1: the plan from device memory (as plan_store.h keeps large ones), not the parameters;
@@ -224,8 +220,6 @@ int main(int argc, char** argv) {
     l.lines = true;
     l.wide_lines = wide;
     l.call_sig = 0x5157ull;
-    l.line_from[0] = line_from[0];
-    l.line_from[1] = line_from[1];
     l.overlap = c.overlap;
     // Check once eagerly: inputs rank + 1 + i % 5 (small integers), the result exact.
     std::vector<uint16_t> host(n), got(gather ? 2 * n : n);

@@ -408,10 +408,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   }
   c->plan = cu::lower_plan(plan, c->blocks, esize, alias, shift,
                            c->wide ? cu::Partition::WideLines : cu::Partition::Parts);
-  if (c->lines) {
-    cu::drop_line_carried_ops(&c->plan);                 // NOTE [line-carried ops]
-    cu::line_writers(c->plan, rank_, c->line_from);      // NOTE [reuse floor]
-  }
+  if (c->lines) cu::drop_line_carried_ops(&c->plan);  // NOTE [line-carried ops]
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
@@ -523,8 +520,6 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.lines = c.lines;
   l.wide_lines = c.wide;
   l.parity = c.parity;
-  l.line_from[0] = c.line_from[0];
-  l.line_from[1] = c.line_from[1];
   l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0);
   l.input_pool_offset = pool_offset;
   l.overlap = overlap_;

@@ -77,7 +77,6 @@ class CudaGroup {
     int64_t spec_bytes = 0;               // bytes the Spec moves: rank-invariant
     int blocks = 1;                       // launch_config().blocks_for(spec_bytes), or the line shape's
     int threads = 512;                    // per block (NOTE [narrow line shape])
-    uint64_t line_from[2] = {0, 0};       // line plans: cu::line_writers (NOTE [reuse floor])
     uint64_t sig = 0;                     // NOTE [call tags]: Spec + dtype + zero-copy
     bool lines = false;                   // runs on flagged lines (NOTE [line plans])
     bool wide = false;                    // ... wide ones (NOTE [wide lines])

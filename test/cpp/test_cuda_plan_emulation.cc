@@ -62,15 +62,7 @@
 // orders nothing, as a line Done would: the next writer of the half races
 // with this rank's reads; why parity plans keep the released Done),
 // wide-unaligned (wide-line pieces aligned to 512 bytes instead of whole
-// lines), floor-all-peers (a line launch raises the reuse floor of every
-// peer, also those it read no line of: a broadcast root then skips the pbase
-// wait for peers it knows nothing of).
-//
-// NOTE [reuse floor] (line_kernel.cuh) is modelled as the kernel has it: a
-// line launch's last block records floor[q] = base for the peers of
-// line_writers(), and a line launch waits for peer q's Done only while
-// floor[q] < pbase; every line read checks that its writer is among
-// line_writers().
+// lines).
 //
 // Worlds 1-3 run with three workspace sizes each, world 4 with one.
 // What it does not cover: the CUDA code itself (ptx.cuh, copy.cuh,
@@ -113,13 +105,11 @@ constexpr int64_t kLineMaxBytes = 2048;           // TORCH_PURLIN_CUDA_LINE_BYTE
 constexpr int64_t kParityMaxBytes = 8192;         // TORCH_PURLIN_CUDA_PARITY_BYTES of every emulated group
 
 // Deliberate protocol bugs (argv[2]): each must make the run fail.
-enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod, OneTagSlot, RelaxedParityDone, WideUnaligned,
-                      FloorAllPeers };
+enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod, OneTagSlot, RelaxedParityDone, WideUnaligned };
 Mutation g_mutation = Mutation::None;
 
 int g_failed = 0;
 int64_t g_launches = 0, g_line_launches = 0, g_wide_launches = 0, g_parity_launches = 0, g_ops = 0, g_syncs = 0;
-std::atomic<int64_t> g_floor_skips{0}, g_done_waits{0};  // NOTE [reuse floor]: line launches' pbase waits skipped / run
 std::atomic<int64_t> g_races{0};
 std::atomic<int64_t> g_off_line{0};  // wide-line accesses whose piece does not start on a line
 
@@ -301,13 +291,11 @@ struct RankState {
   std::vector<std::atomic<uint64_t>> local;       // [block]
   std::vector<SyncSlot> flag_sync, local_sync;    // their release histories
   uint64_t base = 0, lbase = 0, pbase = 0, lseq = 0;  // the pad's epoch words
-  std::vector<uint64_t> floor;                    // NOTE [reuse floor]: [peer]
   std::mutex finish_mu;                           // the pad's `finished` counter
   int finished = 0;
   VC finish_acc;                                  // clocks of the blocks that ended
   RankState(int world, int64_t ws_elems, int64_t line_count, int64_t wide_count, int64_t par_elems)
-      : floor(static_cast<size_t>(world), 0),
-        ws(ws_elems), ws_cells(ws_elems), lines{std::vector<Line>(line_count), std::vector<Line>(line_count)},
+      : ws(ws_elems), ws_cells(ws_elems), lines{std::vector<Line>(line_count), std::vector<Line>(line_count)},
         wide{std::vector<Line>(wide_count), std::vector<Line>(wide_count)},
         par{std::vector<int32_t>(par_elems), std::vector<int32_t>(par_elems)},
         par_cells{std::vector<Cell>(par_elems), std::vector<Cell>(par_elems)},
@@ -345,7 +333,6 @@ struct Call {
   bool lines = false;      // runs the line kernel (NOTE [line plans])
   bool wide = false;       // ... on wide lines (NOTE [wide lines])
   bool parity = false;     // a parity plan (NOTE [parity plans])
-  uint64_t line_from[2] = {0, 0};  // line plans: cu::line_writers (NOTE [reuse floor])
   const Call* all = nullptr;  // every rank's call (peers' inputs); a vector buffer, stable under moves
   int32_t* in = nullptr;
   int32_t* out = nullptr;
@@ -412,33 +399,14 @@ struct BlockCtx {
   VC& vc;
 };
 
-// Peer q's Done word >= target.
-void wait_done_of(BlockCtx& x, int q, uint64_t target) {
-  wait_all(&x.g.flag(x.r, cu::kDone, q, 0), 1, target, "Done");
-  x.g.sync(x.r, cu::kDone, q, 0).acquire(target, x.vc);
-}
-
 // Every peer's Done word >= target (NOTE [device reuse]; the line kernel's
 // pbase wait, NOTE [line plans]).
 void wait_done(BlockCtx& x, uint64_t target) {
   for (int q = 0; q < x.g.world; ++q)
-    if (q != x.r) wait_done_of(x, q, target);  // one Done word per peer
-}
-
-// NOTE [reuse floor]: a line read from a peer the plan does not name would
-// leave that peer's floor unset (slower) but one named and never read would
-// set a floor no line justifies: every line read from a peer must come from
-// a named one.
-void check_line_writer(const BlockCtx& x, Line& l) {
-  int writer;
-  {
-    std::lock_guard<std::mutex> g(line_mu(&l));
-    writer = l.writer / kBlocks;
-  }
-  if (writer != x.r && !cu::peer_in_mask(x.c.line_from, writer)) {  // its own lines need no floor
-    std::printf("FAIL rank %d read a line of rank %d, not among line_writers()\n", x.r, writer);
-    ++g_failed;
-  }
+    if (q != x.r) {  // one Done word per peer
+      wait_all(&x.g.flag(x.r, cu::kDone, q, 0), 1, target, "Done");
+      x.g.sync(x.r, cu::kDone, q, 0).acquire(target, x.vc);
+    }
 }
 
 struct Ptr {
@@ -525,7 +493,6 @@ void load_unit(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, int32_
       if (e / kLineElems != have) {
         have = e / kLineElems;
         line_wait(line_at(x, ref.rank, have), x.lseq, line, x.vc, x.t, phase);
-        check_line_writer(x, line_at(x, ref.rank, have));
       }
       v[j] = line[e % kLineElems];
     }
@@ -564,7 +531,6 @@ void wide_load(BlockCtx& x, const cu::DevRef& ref, int64_t e0, int64_t k, int32_
   if (ref.buf == cu::kWorkspace) {
     int32_t line[kWideElems];
     line_wait(wide_at(x, ref.rank, ref, e0), x.lseq, line, x.vc, x.t, phase);
-    check_line_writer(x, wide_at(x, ref.rank, ref, e0));
     std::copy(line, line + k, v);
     return;
   }
@@ -628,10 +594,6 @@ void end_launch(BlockCtx& x) {
   me.base = next;
   me.lbase = x.lbase + x.c.plan.local_syncs;
   if (x.c.lines || x.c.parity) ++me.lseq;
-  if (x.c.lines)  // NOTE [reuse floor]: the peers whose lines this launch read finished their previous launch
-    for (int q = 0; q < x.g.world; ++q)
-      if (q != x.r && (g_mutation == Mutation::FloorAllPeers || cu::peer_in_mask(x.c.line_from, q)))
-        me.floor[q] = x.base;
   for (int q = 0; q < x.g.world; ++q)
     if (q != x.r) {
       if (g_mutation == Mutation::RelaxedParityDone && x.c.parity) {  // a Done that orders nothing
@@ -651,19 +613,8 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
   BlockCtx x{g, r, b, r * kBlocks + b, c, me.base, me.lbase, me.lseq, vc};
   const uint64_t pbase = me.pbase;
   const bool region = c.lines || c.parity;
-  if (!region) {
-    wait_done(x, x.base);
-  } else if (g_mutation != Mutation::NoReuseWait) {  // NOTE [line plans], [parity plans]
-    for (int q = 0; q < g.world; ++q) {  // a line launch skips peers known to be past it (NOTE [reuse floor])
-      if (q == r) continue;
-      if (c.lines && me.floor[q] >= pbase) {
-        ++g_floor_skips;
-      } else {
-        if (c.lines) ++g_done_waits;
-        wait_done_of(x, q, pbase);
-      }
-    }
-  }
+  if (!region) wait_done(x, x.base);
+  else if (g_mutation != Mutation::NoReuseWait) wait_done(x, pbase);  // NOTE [line plans], [parity plans]
   // NOTE [call tags]: block 0 publishes its tag (here base + 1, equal on
   // every rank of a valid call) in each peer's slot; parity plans use
   // ptag[lseq % 2].
@@ -950,10 +901,7 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     if (!lines && !parity) plans[r] = snac::make_plan(spec, r, opts[r]);
     p.calls[r].plan = cu::lower_plan(plans[r], cs.blocks, kEsize, aliases[r], shifts[r],
                                      wide ? cu::Partition::WideLines : cu::Partition::Parts);
-    if (lines) {  // as CudaGroup::plan_for
-      cu::drop_line_carried_ops(&p.calls[r].plan);
-      cu::line_writers(p.calls[r].plan, r, p.calls[r].line_from);
-    }
+    if (lines) cu::drop_line_carried_ops(&p.calls[r].plan);  // as CudaGroup::plan_for
     p.calls[r].blocks = cs.blocks;
     p.calls[r].zero_copy = !lines && !parity && opts[r].read_peer_inputs;
     p.calls[r].lines = lines;
@@ -1102,10 +1050,9 @@ Mutation parse_mutation(const char* s) {
   if (m == "one-tag-slot") return Mutation::OneTagSlot;
   if (m == "relaxed-parity-done") return Mutation::RelaxedParityDone;
   if (m == "wide-unaligned") return Mutation::WideUnaligned;
-  if (m == "floor-all-peers") return Mutation::FloorAllPeers;
   if (!m.empty()) {
     std::fprintf(stderr, "unknown mutation '%s' (no-reuse-wait, one-parity, short-flag-period, one-tag-slot, "
-                 "relaxed-parity-done, wide-unaligned, floor-all-peers)\n", s);
+                 "relaxed-parity-done, wide-unaligned)\n", s);
     std::exit(2);
   }
   return Mutation::None;
@@ -1149,8 +1096,6 @@ int main(int argc, char** argv) {
     std::printf("FAIL %lld wide-line accesses in pieces that do not start on a line\n", (long long)g_off_line.load());
     ++g_failed;
   }
-  std::printf("reuse floor: %lld of %lld line-launch pbase waits skipped\n", (long long)g_floor_skips.load(),
-              (long long)(g_floor_skips.load() + g_done_waits.load()));
   std::printf("cuda plan emulation: %d collectives (%lld launched, %lld on flagged lines, %lld parity plans, "
               "%lld on wide lines, %lld ops, %lld local barriers), %lld races, %d failed\n",
               ran, (long long)g_launches, (long long)g_line_launches, (long long)g_parity_launches,

@@ -99,18 +99,6 @@ void drop_line_carried_ops(DevicePlan* plan) {
   plan->ops = std::move(kept);
 }
 
-void line_writers(const DevicePlan& plan, int rank, uint64_t mask[2]) {
-  mask[0] = mask[1] = 0;
-  for (const DevOp& op : plan.ops) {
-    if (op.code != kCopy && op.code != kReduce) continue;
-    for (int s = 0; s < op.src_count; ++s) {
-      const DevRef& r = plan.srcs[static_cast<size_t>(op.src_begin + s)];
-      if (r.buf == kWorkspace && r.rank == rank && r.origin != rank && r.origin >= 0 && r.origin < kMaxWorld)
-        mask[r.origin >> 6] |= uint64_t{1} << (r.origin & 63);
-    }
-  }
-}
-
 DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift,
                       Partition partition) {
   if (blocks < 1 || blocks > kMaxBlocks) throw std::invalid_argument("purlin: bad block count for a CUDA plan");

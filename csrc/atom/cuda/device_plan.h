@@ -119,15 +119,6 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
 //   by the line kernel: the plan kernel's flags are these ops.
 void drop_line_carried_ops(DevicePlan* plan);
 
-// The peers whose lines rank `rank`'s line plan reads (the origins of its
-// Workspace(self) sources: in a one-round push plan each piece is written by
-// the rank whose contribution it holds), as bits q of mask[q / 64]; for
-// NOTE [reuse floor] (line_kernel.cuh).
-void line_writers(const DevicePlan& plan, int rank, uint64_t mask[2]);
-
-// Whether peer q is in a mask of kMaxWorld peers kept as two words (line_writers()).
-PURLIN_HD bool peer_in_mask(const uint64_t mask[2], int q) { return (mask[q >> 6] >> (q & 63)) & 1; }
-
 // A small process-wide table of static strings (collective names, SNAC
 // phases) so kernels can name them in error records by number.
 uint16_t intern_name(const char* s);

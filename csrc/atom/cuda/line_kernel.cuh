@@ -20,25 +20,6 @@
 //   NVLink trip left is the data's. A line launch raises Done and advances
 //   the epochs like any launch, so plan kernels before and after it keep
 //   NOTE [device reuse].
-// NOTE [reuse floor] Reading the peer's Done word costs ~1000 cycles on H200
-//   (a word another GPU wrote over NVLink, whatever the load's scope: about a
-//   third of a 1K all_reduce launch; docs/PERFORMANCE.md, session 11), while
-//   this rank's own pad words come back in ~150. So each rank keeps, per
-//   peer q, a floor: a base epoch q is known to have finished. A line launch
-//   that read a line of q's (q among line_writers() of its plan, passed as
-//   KernelParams::line_from) saw q's launch of the same collective running,
-//   so q's previous launch had ended (stream order; griddepcontrol.wait
-//   precedes any memory access of an overlapped launch) and q's Done was at
-//   least this launch's start base: end_launch's last block writes
-//   reuse_floor(q) = base. The next line launch skips the Done read of every
-//   peer whose floor is >= pbase; in a run of line collectives that read each
-//   other's lines (all_reduce, all_gather, all_to_all, reduce_scatter) no
-//   launch reads a Done. Ordering as with the relaxed line Done: the reads
-//   of q's earlier launch had returned before its kernel ended, and this
-//   rank's stores come a kernel boundary after the line that showed it.
-//   The emulator checks it (test_cuda_plan_emulation.cc, mutation
-//   floor-all-peers: a broadcast root that raised floors for peers it read
-//   nothing from races with them).
 //   Plans qualify on the host, identically on every rank
 //   (CudaGroup::plan_for): one round, push, one-shot, not PREMUL_SUM (peers
 //   would read the scale word without a barrier), elements of at most 8
@@ -229,8 +210,7 @@ __global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ Kern
   bool ok = true;
   for (int q = tid; q < L.world; q += blockDim.x) {  // one q per thread: launch_plan checks threads >= world
     const uint64_t lseq = p.pad[L.lseq()], region = p.pad[L.peer_table(q)];
-    // NOTE [reuse floor]: peer q's Done is read only while its floor is below pbase.
-    if (q != p.rank && p.pad[L.reuse_floor(q)] < p.pad[L.pbase()]) {
+    if (q != p.rank) {
       const uint64_t pbase = p.pad[L.pbase()];
       const uint64_t* done = p.pad + L.flag(kDone, 0, 0) + static_cast<int64_t>(q) * L.blocks;
       const uint64_t seen = ptx::ld_acquire_sys(done);

@@ -106,8 +106,6 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   k.steps = l.steps;
   k.timeout_ns = l.timeout_ns;
   k.call_sig = l.call_sig;
-  k.line_from[0] = l.lines ? l.line_from[0] : 0;
-  k.line_from[1] = l.lines ? l.line_from[1] : 0;
   k.input_pool_offset = l.input_pool_offset;
   k.scale = l.scale;
   k.layout = l.layout;

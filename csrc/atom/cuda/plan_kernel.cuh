@@ -84,7 +84,6 @@ struct KernelParams {
   uint64_t steps;
   uint64_t timeout_ns;
   uint64_t call_sig;     // NOTE [call tags]
-  uint64_t line_from[2]; // NOTE [reuse floor]: bit q, the peers whose lines a line plan reads
   int64_t input_pool_offset;  // NOTE [zero-copy sources]; -1: Input is not in the pool
   double scale;
   PadLayout layout;
@@ -178,9 +177,6 @@ __device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base,
       p.pad[L.base()] = next;
       p.pad[L.lbase()] = lbase + p.local_syncs;
       if (region_run) p.pad[L.lseq()] = lseq + 1;
-      if (line_run)  // NOTE [reuse floor]: every peer whose lines this launch read has finished its previous launch
-        for (int q = 0; q < L.world; ++q)
-          if (peer_in_mask(p.line_from, q)) p.pad[L.reuse_floor(q)] = base;
       for (int q = 0; q < L.world; ++q) {
         if (q == p.rank) continue;
         uint64_t* done = (pads ? pads[q] : peer_pad(p, q)) + L.flag(kDone, p.rank, 0);

@@ -54,7 +54,6 @@ struct PlanLaunch {
   uint64_t timeout_ns = 0;
   uint32_t op_name = 0;          // intern_name(collective name)
   uint64_t call_sig = 0;         // NOTE [call tags] (plan_kernel.cuh): equal on every rank of a valid call
-  uint64_t line_from[2] = {0, 0};  // line plans: the peers whose lines it reads (line_writers(), NOTE [reuse floor])
   int64_t input_pool_offset = -1;  // zero-copy plans: Input's byte offset in the symmetric pool
   bool lines = false;            // run on flagged lines (NOTE [line plans], line_kernel.cuh)
   bool wide_lines = false;       // ... in the wide format (NOTE [wide lines]; lower_plan with Partition::WideLines)

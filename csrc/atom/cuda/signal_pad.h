@@ -84,9 +84,7 @@ struct PadLayout {
   PURLIN_HD int64_t pbase() const { return pool_table(0) + world; }
   PURLIN_HD int64_t lseq() const { return pbase() + 1; }
   PURLIN_HD int64_t ptag(int parity, int from) const { return lseq() + 1 + static_cast<int64_t>(parity) * world + from; }
-  // NOTE [reuse floor] (line_kernel.cuh): a base epoch peer `peer` is known to have finished.
-  PURLIN_HD int64_t reuse_floor(int peer) const { return ptag(0, 0) + 2 * world + peer; }
-  PURLIN_HD int64_t words() const { return reuse_floor(0) + world; }
+  PURLIN_HD int64_t words() const { return ptag(0, 0) + 2 * world; }
   // The workspace starts at this byte offset (4 KiB aligned).
   PURLIN_HD int64_t pad_bytes() const { return (words() * 8 + 4095) / 4096 * 4096; }
 };
