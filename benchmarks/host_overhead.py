@@ -7,7 +7,17 @@ scale. Run under torchrun on CUDA:
 
     torchrun --nproc-per-node=2 benchmarks/host_overhead.py [--calls 2000] [--bytes 1024]
 
-Prints one line per case on rank 0: microseconds per call (median of 5 runs).
+Prints one line per case on rank 0: microseconds per call, the fastest and
+the median of --rounds runs of --calls calls. The cases take turns, one run
+each per round (NOTE [host rounds]): the device VM's host has slow spells of
+seconds (session 12 saw torch add_ at 6.5 and at 10.5 us in two calls), which
+a case timed all at once takes whole; taking turns spreads them over every
+case, and the fastest run is the one a spell missed.
+With --profile, also where a call's host time goes (no perf / nsys on the
+device VM): torch.profiler over --profile-calls calls of each collective
+case, each event's self CPU time per call (the CUDA runtime calls, e.g.
+cudaLaunchKernelExC, appear as their own events). The profiler adds its own
+cost per event, so read the shares, not the totals.
 The "fake" rows call torch's FakeProcessGroup (a c10d backend that returns a
 completed Work and moves nothing): the floor of any backend behind dist.*.
 """
@@ -21,22 +31,49 @@ import torch.distributed as dist
 
 
 def per_call_us(fn, calls):
-    runs = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        dist.barrier()
+    """One run: wall time per call of `calls` back-to-back calls, ranks started together."""
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def profile_breakdown(name, fn, calls, rank):
+    """Self CPU time per call of each profiler event over `calls` calls of fn (rank 0 prints)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
+        t1 = time.perf_counter()
         torch.cuda.synchronize()
-        runs.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(runs)
+    if rank != 0:
+        return
+    rows = [(e.self_cpu_time_total / calls, e.cpu_time_total / calls, e.count / calls, e.key)
+            for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    rows.sort(reverse=True)
+    print(f"## profile: {name}: {(t1 - t0) / calls * 1e6:.2f} us/call under the profiler ({calls} calls)")
+    print(f"   {'self us/call':>12s} {'total us/call':>13s} {'count/call':>10s}  event")
+    for self_us, total_us, per, key in rows[:14]:
+        print(f"   {self_us:12.2f} {total_us:13.2f} {per:10.2f}  {key[:70]}")
+    print(flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--bytes", type=int, default=1024)
+    ap.add_argument("--profile", action="store_true", help="also print a torch.profiler breakdown per case")
+    ap.add_argument("--profile-calls", type=int, default=300)
     args = ap.parse_args()
     import torch_purlin  # noqa: F401  registers the backend
 
@@ -68,12 +105,21 @@ def main():
             ("fake all_reduce (dist.* floor)", lambda: dist.all_reduce(t, group=fake)),
             ("fake all_gather_into_tensor (floor)", lambda: dist.all_gather_into_tensor(out, t, group=fake)),
         ]
-    for name, fn in cases:
+    for _, fn in cases:
         for _ in range(50):  # setup and warmup
             fn()
-        us = per_call_us(fn, args.calls)
-        if rank == 0:
-            print(f"{name:40s} {us:8.2f} us/call ({args.bytes} B)", flush=True)
+    runs = {name: [] for name, _ in cases}
+    for _ in range(args.rounds):  # NOTE [host rounds]: the cases take turns
+        for name, fn in cases:
+            runs[name].append(per_call_us(fn, args.calls))
+    if rank == 0:
+        print(f"# us per call, {args.bytes} B, {args.rounds} rounds of {args.calls} calls: fastest run, median run")
+        for name, _ in cases:
+            print(f"{name:40s} {min(runs[name]):8.2f} {statistics.median(runs[name]):8.2f} us/call", flush=True)
+    if args.profile:
+        for name, fn in cases:
+            if "async_op" not in name and "all_gather" not in name:
+                profile_breakdown(name, fn, args.profile_calls, rank)
     dist.destroy_process_group()
 
 

@@ -129,7 +129,7 @@ if has knobs; then
 fi
 if has host; then
   # Host cost per eager call (benchmarks/host_overhead.py), and where it goes when nsys is installed.
-  timeout 120 torchrun --nproc-per-node=$NPROC benchmarks/host_overhead.py >"$OUT/host_overhead.txt" 2>"$LOGS/host.err"
+  timeout 150 torchrun --nproc-per-node=$NPROC benchmarks/host_overhead.py --profile >"$OUT/host_overhead.txt" 2>"$LOGS/host.err"
   say "host exit $?"
   cat "$OUT/host_overhead.txt" >>"$S"
   if command -v nsys >/dev/null; then

@@ -37,13 +37,18 @@ void set_io(Request& rq, const at::Tensor& in, const at::Tensor& out) {
   }
 }
 
-void require(Request& rq, bool ok, const std::string& why) {
-  if (!ok && rq.error.empty()) rq.error = why;
-}
+
+// A local argument error for every rank to report; the message is built only
+// when the check fails (NOTE [eager host path]: a message built on every
+// call cost allocations on every call).
+#define PURLIN_REQUIRE(rq, ok, why)                    \
+  do {                                                 \
+    if (!(ok) && (rq).error.empty()) (rq).error = why; \
+  } while (0)
 
 void require_same_dtype(Request& rq, const std::vector<at::Tensor>& ts) {
-  const std::string why = check_same_dtype(ts);
-  require(rq, why.empty(), why);
+  std::string why = check_same_dtype(ts);
+  if (!why.empty() && rq.error.empty()) rq.error = std::move(why);
 }
 
 // Bytes of a rank's side of an op (NOTE [protocol table]: the larger side decides).
@@ -94,12 +99,11 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>&
   PURLIN_FALLBACK_SIZED("all_reduce", tensors, bytes_of(tensors), allreduce(tensors, opts));
   Request rq = request(CollOp::AllReduce, "all_reduce", tensors[0]);
   set_reduction(rq, opts.reduceOp);
-  require(rq, tensors.size() == 1, "expects one tensor per process");
-  at::Tensor buf = flat_of({tensors[0]});
+  PURLIN_REQUIRE(rq, tensors.size() == 1, "expects one tensor per process");
+  at::Tensor buf = flat_of(tensors[0]);
   set_io(rq, buf, buf);
   auto work = run_native(rq, tensors);
-  std::vector<at::Tensor> first{tensors[0]};
-  unflatten_into(buf, first);
+  unflatten_into(buf, tensors[0]);
   return work;
 }
 
@@ -108,7 +112,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce_coalesced(std::vector<at
   PURLIN_FALLBACK_SIZED("all_reduce_coalesced", tensors, bytes_of(tensors), allreduce_coalesced(tensors, opts));
   Request rq = request(CollOp::AllReduce, "all_reduce_coalesced", tensors.empty() ? at::Tensor() : tensors[0]);
   set_reduction(rq, opts.reduceOp);
-  require(rq, check_same_dtype(tensors).empty(), check_same_dtype(tensors));
+  PURLIN_REQUIRE(rq, check_same_dtype(tensors).empty(), check_same_dtype(tensors));
   at::Tensor buf = tensors.empty() ? at::Tensor() : flat_of(tensors);
   set_io(rq, buf, buf);
   auto work = run_native(rq, tensors);
@@ -122,13 +126,10 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce(std::vector<at::Tensor>& te
   Request rq = request(CollOp::Reduce, "reduce", tensors[0]);
   set_reduction(rq, opts.reduceOp);
   rq.root = static_cast<int>(opts.rootRank);
-  at::Tensor buf = flat_of({tensors[0]});
+  at::Tensor buf = flat_of(tensors[0]);
   set_io(rq, buf, getRank() == rq.root ? buf : at::Tensor());
   auto work = run_native(rq, tensors);
-  if (getRank() == rq.root) {
-    std::vector<at::Tensor> first{tensors[0]};
-    unflatten_into(buf, first);
-  }
+  if (getRank() == rq.root) unflatten_into(buf, tensors[0]);
   return work;
 }
 
@@ -137,11 +138,10 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>&
   PURLIN_FALLBACK_SIZED("broadcast", tensors, bytes_of(tensors), broadcast(tensors, opts));
   Request rq = request(CollOp::Broadcast, "broadcast", tensors[0]);
   rq.root = static_cast<int>(opts.rootRank);
-  at::Tensor buf = flat_of({tensors[0]});
+  at::Tensor buf = flat_of(tensors[0]);
   set_io(rq, buf, buf);
   auto work = run_native(rq, tensors);
-  std::vector<at::Tensor> first{tensors[0]};
-  unflatten_into(buf, first);
+  unflatten_into(buf, tensors[0]);
   return work;
 }
 
@@ -151,10 +151,10 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::_allgather_base(at::Tensor& output
   PURLIN_FALLBACK_SIZED("all_gather_into_tensor", all, bytes_of({output}), _allgather_base(output, input, opts));
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor", input);
   require_same_dtype(rq, all);
-  require(rq, output.numel() == input.numel() * getSize(),
+  PURLIN_REQUIRE(rq, output.numel() == input.numel() * getSize(),
           "output has " + std::to_string(output.numel()) + " elements, expected world size x input = " +
               std::to_string(input.numel() * getSize()));
-  at::Tensor in = flat_of({input});
+  at::Tensor in = flat_of(input);
   std::vector<at::Tensor> outs{output};
   at::Tensor out = flat_out_for(outs, output.numel(), in);
   return run_flat(rq, in, out, outs);
@@ -167,14 +167,14 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
   all.insert(all.end(), inputs.begin(), inputs.end());
   PURLIN_FALLBACK_SIZED("all_gather", all, bytes_of(outputs), allgather(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather", inputs[0]);
-  require(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
+  PURLIN_REQUIRE(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
   require_same_dtype(rq, all);
-  require(rq, static_cast<int>(outputs[0].size()) == getSize(),
+  PURLIN_REQUIRE(rq, static_cast<int>(outputs[0].size()) == getSize(),
           "output list has " + std::to_string(outputs[0].size()) + " tensors, expected the world size " +
               std::to_string(getSize()));
   for (const auto& o : outputs[0])
-    require(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
-  at::Tensor in = flat_of({inputs[0]});
+    PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
+  at::Tensor in = flat_of(inputs[0]);
   at::Tensor out = at::empty({inputs[0].numel() * getSize()}, in.options());
   return run_flat(rq, in, out, outputs[0]);
 }
@@ -187,9 +187,9 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_into_tensor_coalesced(st
   PURLIN_FALLBACK_SIZED("all_gather_into_tensor_coalesced", all, bytes_of(outputs), allgather_into_tensor_coalesced(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
   require_same_dtype(rq, all);
-  require(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
+  PURLIN_REQUIRE(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
   for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
-    require(rq, outputs[i].numel() == inputs[i].numel() * getSize(),
+    PURLIN_REQUIRE(rq, outputs[i].numel() == inputs[i].numel() * getSize(),
             "output " + std::to_string(i) + " must hold world size x its input's elements");
   // Gather the concatenated inputs, then split rank r's block among outputs.
   at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
@@ -223,7 +223,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
     for (size_t i = 0; ok && i < inputs.size(); ++i) ok = outputs[r][i].numel() == inputs[i].numel();
   }
   Request rq = request(CollOp::AllGather, "all_gather_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
-  require(rq, ok, "outputs must be world size lists shaped like the inputs");
+  PURLIN_REQUIRE(rq, ok, "outputs must be world size lists shaped like the inputs");
   require_same_dtype(rq, all);
   at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
   at::Tensor out = in.defined() ? at::empty({numel_of(inputs) * getSize()}, in.options()) : at::Tensor();
@@ -243,10 +243,10 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::_reduce_scatter_base(at::Tensor& o
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor", input);
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
-  require(rq, input.numel() == output.numel() * getSize(),
+  PURLIN_REQUIRE(rq, input.numel() == output.numel() * getSize(),
           "input has " + std::to_string(input.numel()) + " elements, expected world size x output = " +
               std::to_string(output.numel() * getSize()));
-  at::Tensor in = flat_of({input});
+  at::Tensor in = flat_of(input);
   std::vector<at::Tensor> outs{output};
   at::Tensor out = flat_out_for(outs, output.numel(), in);
   return run_flat(rq, in, out, outs);
@@ -260,11 +260,11 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Ten
   PURLIN_FALLBACK_SIZED("reduce_scatter", all, bytes_of(inputs), reduce_scatter(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter", outputs[0]);
   set_reduction(rq, opts.reduceOp);
-  require(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");
+  PURLIN_REQUIRE(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");
   require_same_dtype(rq, all);
-  require(rq, static_cast<int>(inputs[0].size()) == getSize(), "input list must have world size tensors");
+  PURLIN_REQUIRE(rq, static_cast<int>(inputs[0].size()) == getSize(), "input list must have world size tensors");
   for (const auto& t : inputs[0])
-    require(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
+    PURLIN_REQUIRE(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
   at::Tensor in = flat_of(inputs[0]);
   std::vector<at::Tensor> outs{outputs[0]};
   at::Tensor out = flat_out_for(outs, outputs[0].numel(), in);
@@ -280,9 +280,9 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(st
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
-  require(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
+  PURLIN_REQUIRE(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
   for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
-    require(rq, inputs[i].numel() == outputs[i].numel() * getSize(),
+    PURLIN_REQUIRE(rq, inputs[i].numel() == outputs[i].numel() * getSize(),
             "input " + std::to_string(i) + " must hold world size x its output's elements");
   if (!rq.error.empty() || inputs.empty()) return run_native(rq, outputs);
   // Regroup so rank r's block is contiguous: [r][tensor i][n_i].
@@ -311,23 +311,23 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall_base(at::Tensor& output, 
     const int64_t dim0 = t.dim() > 0 ? t.size(0) : 1;
     const int64_t row = dim0 > 0 ? t.numel() / dim0 : 0;
     if (rows.empty()) {
-      require(rq, dim0 % W == 0, std::string(side) + " dim 0 (" + std::to_string(dim0) + ") is not divisible by the world size");
+      PURLIN_REQUIRE(rq, dim0 % W == 0, std::string(side) + " dim 0 (" + std::to_string(dim0) + ") is not divisible by the world size");
       for (auto& s : out) s = dim0 / W * row;
     } else {
-      require(rq, static_cast<int>(rows.size()) == W, std::string(side) + " split sizes must have world size entries");
+      PURLIN_REQUIRE(rq, static_cast<int>(rows.size()) == W, std::string(side) + " split sizes must have world size entries");
       int64_t sum = 0;
       for (int r = 0; r < W && r < static_cast<int>(rows.size()); ++r) {
-        require(rq, rows[r] >= 0, std::string(side) + " split sizes must be non-negative");
+        PURLIN_REQUIRE(rq, rows[r] >= 0, std::string(side) + " split sizes must be non-negative");
         out[r] = rows[r] * row;
         sum += rows[r];
       }
-      require(rq, sum == dim0, std::string(side) + " split sizes sum to " + std::to_string(sum) + " but dim 0 is " + std::to_string(dim0));
+      PURLIN_REQUIRE(rq, sum == dim0, std::string(side) + " split sizes sum to " + std::to_string(sum) + " but dim 0 is " + std::to_string(dim0));
     }
     return out;
   };
   rq.in_splits = splits(input, input_split_sizes, "input");
   rq.out_splits = splits(output, output_split_sizes, "output");
-  at::Tensor in = flat_of({input});
+  at::Tensor in = flat_of(input);
   std::vector<at::Tensor> outs{output};
   at::Tensor out = flat_out_for(outs, output.numel(), in);
   return run_flat(rq, in, out, outs);
@@ -341,7 +341,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall(std::vector<at::Tensor>& 
   PURLIN_FALLBACK("all_to_all", all, alltoall(outputs, inputs, opts));
   Request rq = request(CollOp::AllToAll, "all_to_all", inputs[0]);
   require_same_dtype(rq, all);
-  require(rq, static_cast<int>(inputs.size()) == getSize() && static_cast<int>(outputs.size()) == getSize(),
+  PURLIN_REQUIRE(rq, static_cast<int>(inputs.size()) == getSize() && static_cast<int>(outputs.size()) == getSize(),
           "input and output lists must have world size tensors");
   for (const auto& t : inputs) rq.in_splits.push_back(t.numel());
   for (const auto& t : outputs) rq.out_splits.push_back(t.numel());
@@ -363,12 +363,12 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::gather(std::vector<std::vector<at:
   require_same_dtype(rq, all);
   const bool root = getRank() == rq.root;
   if (root) {
-    require(rq, outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+    PURLIN_REQUIRE(rq, outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
             "the root needs one output list of world size tensors");
     for (const auto& o : outputs.empty() ? std::vector<at::Tensor>{} : outputs[0])
-      require(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
+      PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
   }
-  at::Tensor in = flat_of({inputs[0]});
+  at::Tensor in = flat_of(inputs[0]);
   at::Tensor out = root ? at::empty({in.numel() * getSize()}, in.options()) : at::Tensor();
   set_io(rq, in, out);
   auto work = run_native(rq, root ? outputs[0] : std::vector<at::Tensor>{});
@@ -387,10 +387,10 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::scatter(std::vector<at::Tensor>& o
   require_same_dtype(rq, all);
   const bool root = getRank() == rq.root;
   if (root) {
-    require(rq, inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+    PURLIN_REQUIRE(rq, inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
             "the root needs one input list of world size tensors");
     for (const auto& t : inputs.empty() ? std::vector<at::Tensor>{} : inputs[0])
-      require(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
+      PURLIN_REQUIRE(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
   }
   at::Tensor in = root && rq.error.empty() ? flat_of(inputs[0]) : at::Tensor();
   std::vector<at::Tensor> outs{outputs[0]};
@@ -433,13 +433,13 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_spec(const snac::Spec& spec, a
   rq.custom = &spec;
   rq.redop = spec.redop;
   require_same_dtype(rq, all);
-  require(rq, input.numel() >= spec.input_numel[getRank()],
+  PURLIN_REQUIRE(rq, input.numel() >= spec.input_numel[getRank()],
           "input has " + std::to_string(input.numel()) + " elements, the spec reads " +
               std::to_string(spec.input_numel[getRank()]));
-  require(rq, output.numel() >= spec.output_numel[getRank()],
+  PURLIN_REQUIRE(rq, output.numel() >= spec.output_numel[getRank()],
           "output has " + std::to_string(output.numel()) + " elements, the spec writes " +
               std::to_string(spec.output_numel[getRank()]));
-  at::Tensor in = flat_of({input});
+  at::Tensor in = flat_of(input);
   std::vector<at::Tensor> outs{output};
   at::Tensor out = output.is_contiguous() ? output.view({-1}) : output.contiguous().view({-1});
   return run_flat(rq, in, out, outs);

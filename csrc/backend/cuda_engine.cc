@@ -13,6 +13,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "atom/cuda/cuda_check.h"
+#include "backend/completed_work.h"
 #include "backend/cuda_group.h"
 #include "backend/cuda_work.h"
 #include "backend/tensor_args.h"

@@ -243,13 +243,13 @@ std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
 // admits one-shot in place.) Gather and scatter never read in place: only
 // their root may alias Input and Output, so its peers could not judge alike
 // and the call tags would refuse a valid call.
-bool CudaGroup::zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>& all) const {
+bool CudaGroup::zero_copy_allowed(const Request& rq) const {
   if (rq.op == CollOp::Gather || rq.op == CollOp::Scatter) return false;
   const cu::IoAlias alias = alias_of(rq);
   if (alias == cu::IoAlias::Disjoint) return true;
   if (alias != cu::IoAlias::Same) return false;
   if (rq.op == CollOp::Broadcast) return true;
-  return two_shot(rq, all);
+  return two_shot(rq);
 }
 
 // Whether a collective may run in a region (flagged lines, NOTE [line plans],
@@ -263,9 +263,10 @@ bool CudaGroup::region_wanted(const Request& rq) const {
 }
 
 
-// Whether an all_reduce runs two-shot (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES).
-bool CudaGroup::two_shot(const Request& rq, const std::vector<PeerMeta>& all) const {
-  const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * static_cast<int64_t>(dtype_size(rq.dtype));
+// Whether an all_reduce runs two-shot (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES). Every
+// rank passes the same sizes to an all_reduce (the call tags check it).
+bool CudaGroup::two_shot(const Request& rq) const {
+  const int64_t bytes = std::max(rq.in_numel, rq.out_numel) * static_cast<int64_t>(dtype_size(rq.dtype));
   return rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_;
 }
 
@@ -317,18 +318,32 @@ bool one_round_push_plan(const snac::Spec& spec, int rank, int64_t region_elems,
 
 }  // namespace
 
-const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::vector<PeerMeta>& all,
-                                                   bool zero_copy, bool region) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
+const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy,
+                                                   bool region) {
   int64_t shift = 0;
   const cu::IoAlias alias = alias_of(rq, &shift);
+  // NOTE [eager host path]: the same call as the last one of this kind.
+  PlanMemo& memo = memo_[(zero_copy ? 2 : 0) + (region ? 1 : 0)];
+  const bool memoizable = rq.op != CollOp::AllToAll && !rq.custom && rq.in_splits.empty() && rq.out_splits.empty();
+  if (memoizable && memo.plan && memo.op == rq.op && memo.dtype == rq.dtype && memo.root == rq.root &&
+      memo.in_numel == rq.in_numel && memo.out_numel == rq.out_numel && memo.alias == alias && memo.shift == shift)
+    return *memo.plan;
+  const CachedPlan& c = plan_for_key(rq, all, zero_copy, region, alias, shift);
+  if (memoizable) memo = PlanMemo{&c, rq.op, rq.dtype, rq.root, rq.in_numel, rq.out_numel, shift, alias};
+  return c;
+}
+
+const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy,
+                                                       bool region, cu::IoAlias alias, int64_t shift) {
+  if (all.empty()) all = peer_meta(rq);
+  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
   snac::PlanOptions opt;
   opt.align_elems = cu::kPartBytes / esize;
   opt.slot_elems = ws_->workspace_bytes() / 2 / esize / opt.align_elems * opt.align_elems;
   opt.direct_local = direct_local_reads(rq, rank_);  // NOTE [direct local reads]
   opt.read_peer_inputs = zero_copy;
-  const bool two_wanted = two_shot(rq, all);
-  std::string key = plan_key(rq, all);  // built on every call: appended in place
+  const bool two_wanted = two_shot(rq);
+  std::string key = plan_key(rq, all);  // built on a memo miss: appended in place
   key += 'a';
   key += static_cast<char>('0' + static_cast<int>(alias));
   key += two_wanted ? "/2" : "/1";
@@ -340,6 +355,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, const std::v
   if (it != plans_.end()) return *it->second;
   if (plans_.size() >= kMaxPlans) {  // inline plans are host-only: safe to drop any time
     for (auto i = plans_.begin(); i != plans_.end();) i = i->second->inl ? plans_.erase(i) : std::next(i);
+    for (PlanMemo& m : memo_) m = PlanMemo{};  // they may point at a dropped plan
   }
   const snac::Spec spec = build_spec(rq, all);
   int64_t spec_bytes = 0;  // rank-invariant: every rank picks the same blocks and staging
@@ -459,7 +475,10 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
     throw std::runtime_error(err);
   }
   if (!rq.error.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + rq.error);
-  const std::vector<PeerMeta> all = peer_meta(rq);
+  // Every rank's arguments: exchanged on every all_to_all (its splits), else
+  // this rank's own, made by plan_for() only when its plan is not memoized.
+  std::vector<PeerMeta> all;
+  if (rq.op == CollOp::AllToAll) all = peer_meta(rq);
   // NOTE [zero-copy]: an input in the symmetric pool is read in place by the
   // peers (who must pass theirs at the same offset: NOTE [call tags]).
   // Small collectives run on flagged lines, mid-sized ones as parity plans,
@@ -469,12 +488,12 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   // the input is in the pool.
   const CachedPlan* cp = region_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
   int64_t pool_offset = -1;
-  if (!(cp && (cp->lines || cp->parity)) && pool_ && zero_copy_allowed(rq, all))
+  if (!(cp && (cp->lines || cp->parity)) && pool_ && zero_copy_allowed(rq))
     pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype))));
   if (!cp || pool_offset >= 0) cp = &plan_for(rq, all, pool_offset >= 0, false);
   const CachedPlan& c = *cp;
   if (c.plan.rounds == 0) return;  // nothing moves on any rank
-  c10::cuda::CUDAGuard guard(device_);
+  // The caller (CudaPath::run) holds a CUDAGuard on this group's device.
   order_after_last(stream);
   // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
   // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).
@@ -487,7 +506,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
     call.op_name = rq.name;
     call.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
     call.stream = stream;
-    last_ = LastLaunch{"copy-engine", 0, 0};
+    last_ = LastLaunch{"copy-engine", 0, 0, false};
     const std::string err = ce_->enqueue(call);
     if (!err.empty()) {
       broken_ = err;
@@ -523,7 +542,10 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0);
   l.input_pool_offset = pool_offset;
   l.overlap = overlap_;
-  last_ = LastLaunch{c.protocol, c.blocks, l.threads, overlap_};
+  last_.protocol = c.protocol;  // assigned in place: no allocation once the string has room
+  last_.blocks = c.blocks;
+  last_.threads = l.threads;
+  last_.overlapped = overlap_;
   const cudaError_t e = cu::launch_plan(l, stream);
   if (e != cudaSuccess) throw std::runtime_error(error_prefix(rq.name, rank_) + cu::cuda_error_text(e, "launching the plan kernel"));
 }

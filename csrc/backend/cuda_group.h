@@ -87,12 +87,31 @@ class CudaGroup {
   // "" or the RuntimeError text of the device error recorded in ws.
   static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout);
   void read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table);
+  // NOTE [eager host path] The last plan plan_for() returned for each
+  // (zero_copy, region), and the arguments it was for: a run of one
+  // collective (the eager loop, a training step's all_reduce of one bucket
+  // size) finds its plan without exchanging metadata, building the cache key
+  // string or hashing it. Every field plan_key() and plan_for() read from the
+  // call is compared; all_to_all (its splits are exchanged on every call)
+  // and custom specs never take it.
+  struct PlanMemo {
+    const CachedPlan* plan = nullptr;
+    CollOp op = CollOp::Barrier;
+    DType dtype = DType::Float32;
+    int root = 0;
+    int64_t in_numel = 0, out_numel = 0, shift = 0;
+    cu::IoAlias alias = cu::IoAlias::Disjoint;
+  };
+
   std::vector<PeerMeta> peer_meta(const Request& rq);
-  const CachedPlan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool zero_copy, bool region);
+  // `all`: every rank's arguments (peer_meta()), or empty: filled here when needed.
+  const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region);
+  const CachedPlan& plan_for_key(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
+                                 cu::IoAlias alias, int64_t shift);
   bool region_wanted(const Request& rq) const;
   void order_after_last(cudaStream_t s);
-  bool zero_copy_allowed(const Request& rq, const std::vector<PeerMeta>& all) const;
-  bool two_shot(const Request& rq, const std::vector<PeerMeta>& all) const;
+  bool zero_copy_allowed(const Request& rq) const;
+  bool two_shot(const Request& rq) const;
 
   int rank_, world_, device_;
   std::chrono::milliseconds timeout_;
@@ -102,6 +121,7 @@ class CudaGroup {
   std::optional<c10::cuda::CUDAStream> internal_;
   std::unique_ptr<cu::PlanStore> store_plans_;
   std::unordered_map<std::string, std::unique_ptr<CachedPlan>> plans_;
+  PlanMemo memo_[4];  // by zero_copy * 2 + region
   std::string broken_;
   int64_t two_shot_bytes_ = 0;
   std::string push_mode_;

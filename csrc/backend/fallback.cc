@@ -24,9 +24,13 @@ c10d::Backend& Fallback::get(const c10::Device& device) {
   return *it->second;
 }
 
-void Fallback::count_native(const std::string& op) {
+void Fallback::count_native(const char* op) {
   std::lock_guard<std::mutex> g(mu_);
-  counters_[op].first++;
+  if (op != last_native_) {
+    last_native_counts_ = &counters_[op];
+    last_native_ = op;
+  }
+  last_native_counts_->first++;
 }
 
 void Fallback::count_fallback(const std::string& op, const std::string& reason) {

@@ -25,8 +25,9 @@ class Fallback {
   // The fallback backend for `device`, created on first use.
   c10d::Backend& get(const c10::Device& device);
 
-  // Records that `op` ran natively.
-  void count_native(const std::string& op);
+  // Records that `op` (a name that lives as long as the process, e.g. a
+  // literal: Request::name) ran natively.
+  void count_native(const char* op);
   // Records that `op` falls back for `reason` (logged once per (op, reason)).
   void count_fallback(const std::string& op, const std::string& reason);
   // Whether TORCH_PURLIN_FORCE_FALLBACK (any device) or, for CUDA tensors,
@@ -44,6 +45,11 @@ class Fallback {
   mutable std::mutex mu_;
   std::map<std::string, c10::intrusive_ptr<c10d::Backend>> backends_;
   std::map<std::string, std::pair<int64_t, int64_t>> counters_;
+  // NOTE [eager host path]: the counter of the last native op's name, kept so
+  // a run of one op neither builds a string nor searches the map per call
+  // (std::map nodes stay where they are).
+  const char* last_native_ = nullptr;
+  std::pair<int64_t, int64_t>* last_native_counts_ = nullptr;
   std::set<std::pair<std::string, std::string>> logged_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "backend/completed_work.h"
 #include "backend/cuda_engine.h"
 #include "backend/host_engine.h"
 #include "backend/store_rendezvous.h"
@@ -113,12 +114,6 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_native(Request& rq, const std:
     TORCH_CHECK(false, e.what());
   }
   return completed_work(outputs);
-}
-
-c10::intrusive_ptr<c10d::Work> completed_work(const std::vector<at::Tensor>& outputs) {
-  auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-  fut->markCompleted(c10::IValue(outputs));
-  return c10d::Work::create_from_future(fut);
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::endCoalescing() { return completed_work({}); }

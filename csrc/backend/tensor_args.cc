@@ -51,23 +51,34 @@ void set_reduction(Request& rq, const c10d::ReduceOp& op) {
     rq.error = std::string(redop_name(rq.redop)) + " on " + dtype_name(rq.dtype) + ": " + why;
 }
 
+at::Tensor flat_of(const at::Tensor& t) {
+  // NOTE [eager host path]: no view of a contiguous tensor (a dispatched op per call).
+  return t.is_contiguous() ? t : t.contiguous().view({-1});
+}
+
 at::Tensor flat_of(const std::vector<at::Tensor>& ts) {
-  if (ts.size() == 1) return ts[0].contiguous().view({-1});
+  if (ts.size() == 1) return flat_of(ts[0]);
   std::vector<at::Tensor> parts;
   for (const auto& t : ts) parts.push_back(t.reshape({-1}));
   return at::cat(parts);
 }
 
 at::Tensor flat_out_for(const std::vector<at::Tensor>& ts, int64_t numel, const at::Tensor& like) {
-  if (ts.size() == 1 && ts[0].is_contiguous() && ts[0].numel() == numel) return ts[0].view({-1});
+  if (ts.size() == 1 && ts[0].is_contiguous() && ts[0].numel() == numel) return ts[0];
   return at::empty({numel}, like.options());
+}
+
+void unflatten_into(const at::Tensor& flat, at::Tensor& t) {
+  if (t.is_contiguous() && flat.data_ptr() == t.data_ptr()) return;
+  t.copy_(flat.reshape(t.sizes()));
 }
 
 void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& ts) {
   if (ts.size() == 1 && ts[0].is_contiguous() && flat.data_ptr() == ts[0].data_ptr()) return;
+  const at::Tensor flat1 = flat.reshape({-1});  // flat_of may return a contiguous tensor of any shape
   int64_t off = 0;
   for (auto& t : ts) {
-    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    t.copy_(flat1.narrow(0, off, t.numel()).view(t.sizes()));
     off += t.numel();
   }
 }

@@ -22,18 +22,19 @@ bool to_dtype(at::ScalarType t, DType* out);
 // combinations are recorded in rq.error (reported on every rank).
 void set_reduction(Request& rq, const c10d::ReduceOp& op);
 
-// 1-D contiguous concatenation of `ts` (the tensor itself when there is one
-// contiguous tensor).
+// The elements of `ts` in order, in one contiguous tensor: `ts[0]` itself
+// (whatever its shape) when there is one contiguous tensor, else a new 1-D
+// tensor. Callers read its data pointer, numel and options only.
 at::Tensor flat_of(const std::vector<at::Tensor>& ts);
-// A 1-D contiguous buffer to receive `numel` elements for `ts`: `ts[0]` itself
-// when it is one contiguous tensor of that size, else a new empty tensor.
+at::Tensor flat_of(const at::Tensor& t);  // the one-tensor case, without building a list
+// A contiguous buffer to receive `numel` elements for `ts`: `ts[0]` itself
+// when it is one contiguous tensor of that size, else a new 1-D empty tensor.
 at::Tensor flat_out_for(const std::vector<at::Tensor>& ts, int64_t numel, const at::Tensor& like);
 // Copies `flat` back into `ts` (in order) unless flat already is ts[0].
 void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& ts);
+void unflatten_into(const at::Tensor& flat, at::Tensor& t);  // the one-tensor case
 
 // Local checks shared by ops: all tensors share the dtype of ts[0]; message on failure.
 std::string check_same_dtype(const std::vector<at::Tensor>& ts);
-
-c10::intrusive_ptr<c10d::Work> completed_work(const std::vector<at::Tensor>& outputs);
 
 }  // namespace purlin::backend
