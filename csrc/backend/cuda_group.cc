@@ -533,7 +533,11 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.redop = rq.redop;
   l.scale = rq.scale;
   l.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
-  l.op_name = cu::intern_name(rq.name);
+  if (rq.name != last_name_) {  // NOTE [eager host path]: names are literals; intern each run of one once
+    last_name_ = rq.name;
+    last_name_id_ = cu::intern_name(rq.name);
+  }
+  l.op_name = last_name_id_;
   l.threads = c.threads;
   l.blocks = c.blocks;
   l.lines = c.lines;

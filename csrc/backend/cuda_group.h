@@ -122,6 +122,8 @@ class CudaGroup {
   std::unique_ptr<cu::PlanStore> store_plans_;
   std::unordered_map<std::string, std::unique_ptr<CachedPlan>> plans_;
   PlanMemo memo_[4];  // by zero_copy * 2 + region
+  const char* last_name_ = nullptr;  // the last launch's Request::name and its interned id
+  uint16_t last_name_id_ = 0;
   std::string broken_;
   int64_t two_shot_bytes_ = 0;
   std::string push_mode_;

@@ -2,6 +2,7 @@
 #include "atom/cuda/device_plan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -170,8 +171,13 @@ uint16_t intern_name(const char* s) {
   if (!s) return 0;
   std::lock_guard<std::mutex> g(g_names_mu);
   auto& v = names();
+  // NOTE [eager host path]: names are mostly literals, so the same pointer
+  // comes back: look for it first, then compare text (without building a
+  // std::string per entry: that cost ~20 allocations per eager launch).
   for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] == s || std::string(v[i]) == s) return static_cast<uint16_t>(i);
+    if (v[i] == s) return static_cast<uint16_t>(i);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (std::strcmp(v[i], s) == 0) return static_cast<uint16_t>(i);
   if (v.size() >= 65535) return 0;
   v.push_back(s);
   return static_cast<uint16_t>(v.size() - 1);
