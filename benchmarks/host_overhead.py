@@ -5,14 +5,17 @@ times N back-to-back calls without a sync in between (the GPU keeps up, so
 wall time per call is the host's cost), next to a trivial torch op for
 scale. Run under torchrun on CUDA:
 
-    torchrun --nproc-per-node=2 benchmarks/host_overhead.py [--calls 2000] [--bytes 1024]
+    torchrun --nproc-per-node=2 benchmarks/host_overhead.py [--calls 1000] [--rounds 7] [--bytes 1024] [--profile]
 
 Prints one line per case on rank 0: microseconds per call, the fastest and
-the median of --rounds runs of --calls calls. The cases take turns, one run
-each per round (NOTE [host rounds]): the device VM's host has slow spells of
-seconds (session 12 saw torch add_ at 6.5 and at 10.5 us in two calls), which
-a case timed all at once takes whole; taking turns spreads them over every
-case, and the fastest run is the one a spell missed.
+the median of --rounds runs of --calls calls.
+
+NOTE [host rounds] The cases take turns, one run each per round. The device
+VM's host has slow spells of seconds (session 12 saw torch add_ at 6.5 and
+at 10.5 us per call in two device calls), which a case timed all at once
+takes whole; taking turns spreads them over every case, and the fastest run
+is the one a spell missed.
+
 With --profile, also where a call's host time goes (no perf / nsys on the
 device VM): torch.profiler over --profile-calls calls of each collective
 case, each event's self CPU time per call (the CUDA runtime calls, e.g.
