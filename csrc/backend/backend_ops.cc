@@ -37,7 +37,6 @@ void set_io(Request& rq, const at::Tensor& in, const at::Tensor& out) {
   }
 }
 
-
 // A local argument error for every rank to report; the message is built only
 // when the check fails (NOTE [eager host path]: a message built on every
 // call cost allocations on every call).
@@ -152,8 +151,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::_allgather_base(at::Tensor& output
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor", input);
   require_same_dtype(rq, all);
   PURLIN_REQUIRE(rq, output.numel() == input.numel() * getSize(),
-          "output has " + std::to_string(output.numel()) + " elements, expected world size x input = " +
-              std::to_string(input.numel() * getSize()));
+                 "output has " + std::to_string(output.numel()) + " elements, expected world size x input = " +
+                     std::to_string(input.numel() * getSize()));
   at::Tensor in = flat_of(input);
   std::vector<at::Tensor> outs{output};
   at::Tensor out = flat_out_for(outs, output.numel(), in);
@@ -170,8 +169,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
   PURLIN_REQUIRE(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
   require_same_dtype(rq, all);
   PURLIN_REQUIRE(rq, static_cast<int>(outputs[0].size()) == getSize(),
-          "output list has " + std::to_string(outputs[0].size()) + " tensors, expected the world size " +
-              std::to_string(getSize()));
+                 "output list has " + std::to_string(outputs[0].size()) + " tensors, expected the world size " +
+                     std::to_string(getSize()));
   for (const auto& o : outputs[0])
     PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
   at::Tensor in = flat_of(inputs[0]);
@@ -190,7 +189,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_into_tensor_coalesced(st
   PURLIN_REQUIRE(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
   for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
     PURLIN_REQUIRE(rq, outputs[i].numel() == inputs[i].numel() * getSize(),
-            "output " + std::to_string(i) + " must hold world size x its input's elements");
+                   "output " + std::to_string(i) + " must hold world size x its input's elements");
   // Gather the concatenated inputs, then split rank r's block among outputs.
   at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
   const int64_t T = numel_of(inputs);
@@ -244,8 +243,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::_reduce_scatter_base(at::Tensor& o
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
   PURLIN_REQUIRE(rq, input.numel() == output.numel() * getSize(),
-          "input has " + std::to_string(input.numel()) + " elements, expected world size x output = " +
-              std::to_string(output.numel() * getSize()));
+                 "input has " + std::to_string(input.numel()) + " elements, expected world size x output = " +
+                     std::to_string(output.numel() * getSize()));
   at::Tensor in = flat_of(input);
   std::vector<at::Tensor> outs{output};
   at::Tensor out = flat_out_for(outs, output.numel(), in);
@@ -283,7 +282,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(st
   PURLIN_REQUIRE(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
   for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
     PURLIN_REQUIRE(rq, inputs[i].numel() == outputs[i].numel() * getSize(),
-            "input " + std::to_string(i) + " must hold world size x its output's elements");
+                   "input " + std::to_string(i) + " must hold world size x its output's elements");
   if (!rq.error.empty() || inputs.empty()) return run_native(rq, outputs);
   // Regroup so rank r's block is contiguous: [r][tensor i][n_i].
   const int64_t T = numel_of(outputs);
@@ -342,7 +341,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall(std::vector<at::Tensor>& 
   Request rq = request(CollOp::AllToAll, "all_to_all", inputs[0]);
   require_same_dtype(rq, all);
   PURLIN_REQUIRE(rq, static_cast<int>(inputs.size()) == getSize() && static_cast<int>(outputs.size()) == getSize(),
-          "input and output lists must have world size tensors");
+                 "input and output lists must have world size tensors");
   for (const auto& t : inputs) rq.in_splits.push_back(t.numel());
   for (const auto& t : outputs) rq.out_splits.push_back(t.numel());
   rq.in_splits.resize(getSize(), 0);
@@ -364,7 +363,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::gather(std::vector<std::vector<at:
   const bool root = getRank() == rq.root;
   if (root) {
     PURLIN_REQUIRE(rq, outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
-            "the root needs one output list of world size tensors");
+                   "the root needs one output list of world size tensors");
     for (const auto& o : outputs.empty() ? std::vector<at::Tensor>{} : outputs[0])
       PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
   }
@@ -388,7 +387,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::scatter(std::vector<at::Tensor>& o
   const bool root = getRank() == rq.root;
   if (root) {
     PURLIN_REQUIRE(rq, inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
-            "the root needs one input list of world size tensors");
+                   "the root needs one input list of world size tensors");
     for (const auto& t : inputs.empty() ? std::vector<at::Tensor>{} : inputs[0])
       PURLIN_REQUIRE(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
   }
@@ -434,11 +433,11 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_spec(const snac::Spec& spec, a
   rq.redop = spec.redop;
   require_same_dtype(rq, all);
   PURLIN_REQUIRE(rq, input.numel() >= spec.input_numel[getRank()],
-          "input has " + std::to_string(input.numel()) + " elements, the spec reads " +
-              std::to_string(spec.input_numel[getRank()]));
+                 "input has " + std::to_string(input.numel()) + " elements, the spec reads " +
+                     std::to_string(spec.input_numel[getRank()]));
   PURLIN_REQUIRE(rq, output.numel() >= spec.output_numel[getRank()],
-          "output has " + std::to_string(output.numel()) + " elements, the spec writes " +
-              std::to_string(spec.output_numel[getRank()]));
+                 "output has " + std::to_string(output.numel()) + " elements, the spec writes " +
+                     std::to_string(spec.output_numel[getRank()]));
   at::Tensor in = flat_of(input);
   std::vector<at::Tensor> outs{output};
   at::Tensor out = output.is_contiguous() ? output.view({-1}) : output.contiguous().view({-1});

@@ -172,8 +172,10 @@ uint16_t intern_name(const char* s) {
   std::lock_guard<std::mutex> g(g_names_mu);
   auto& v = names();
   // NOTE [eager host path]: names are mostly literals, so the same pointer
-  // comes back: look for it first, then compare text (without building a
-  // std::string per entry: that cost ~20 allocations per eager launch).
+  // comes back: look for it first, then compare text without building a
+  // std::string per entry (that was an allocation per entry ahead of the
+  // name, most phase names being longer than std::string's inline buffer,
+  // on every eager launch).
   for (size_t i = 0; i < v.size(); ++i)
     if (v[i] == s) return static_cast<uint16_t>(i);
   for (size_t i = 0; i < v.size(); ++i)
