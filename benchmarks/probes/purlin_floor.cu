@@ -137,6 +137,15 @@ int main(int argc, char** argv) {
       {"all_reduce 1M", "all_reduce", 1 << 20, 0, true},      {"broadcast 1K", "broadcast", 1 << 10, 0, true},
       {"all_gather 1K", "all_gather", 1 << 10, 0, true},       {"broadcast 64K", "broadcast", 64 << 10, 0, true},
       {"all_gather 64K", "all_gather", 64 << 10, 0, true},
+      // What a launch's block count costs at a fixed size (added in session 12, not run yet;
+      // `_p_probes.md` table A: 1K on 1 block 3.23 us, 4K on 4 blocks 3.78, 16K on 16 4.08):
+      // blocks beyond the data's own have no lines but still take part in end_launch's
+      // last-block count.
+      {"all_reduce 1K 2x128", "all_reduce", 1 << 10, 128, true, 2},
+      {"all_reduce 1K 4x128", "all_reduce", 1 << 10, 128, true, 4},
+      {"all_reduce 4K 1x512", "all_reduce", 4 << 10, 512, true, 1},
+      {"all_reduce 16K 2x1024", "all_reduce", 16 << 10, 1024, true, 2},
+      {"all_reduce 16K 4x512", "all_reduce", 16 << 10, 512, true, 4},
   };
   if (rank == 0)
     std::printf("# purlin_floor: purlin's line plans, 2 processes (CUDA IPC), bf16, %d launches per graph, time per "
