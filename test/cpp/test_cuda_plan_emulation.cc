@@ -641,7 +641,6 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
     }
     switch (op.code) {
       case cu::kWait:
-        if (c.lines) break;  // carried by the lines
         if (c.parity && op.flag == cu::kConsumed) break;  // one round (NOTE [parity plans])
         wait_all(&g.flag(r, op.flag, op.peer, 0), G, x.base + op.value, "Staged/Consumed");
         acquire_all(r, op.flag, op.peer, x.base + op.value);
@@ -656,7 +655,6 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
         }
         break;
       case cu::kSignal:
-        if (c.lines) break;
         if (c.parity && op.flag == cu::kConsumed) break;
         g.sync(op.peer, op.flag, r, b).release(x.base + op.value, vc, x.t);
         g.flag(op.peer, op.flag, r, b).store(x.base + op.value, std::memory_order_release);
