@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SOURCES = ["csrc/snac/planner.cc", "csrc/snac/spec.cc", "csrc/snac/collectives.cc", "csrc/common/types.cc",
+SOURCES = ["csrc/snac/planner.cc", "csrc/snac/matched_waits.cc", "csrc/snac/spec.cc", "csrc/snac/collectives.cc", "csrc/common/types.cc",
            "test/cpp/test_cuda_plan_emulation.cc"]
 
 
@@ -35,14 +35,31 @@ def test_plan_protocol_emulation(emulator):
     # Every region kind ran (NOTE [line plans], [parity plans], [wide lines]).
     assert " 0 on flagged lines" not in r.stdout and " 0 parity plans" not in r.stdout, r.stdout
     assert " 0 on wide lines" not in r.stdout, r.stdout
+    # NOTE [matched waits]: own-slot waits ran, and so did catch-ups before unclean ops.
+    assert " 0 own-slot waits" not in r.stdout and " 0 catch-up waits" not in r.stdout, r.stdout
+
+
+def test_matched_wait_plans(tmp_path):
+    """NOTE [matched waits] on large plans as the CUDA datapath makes them: every Wait matched where rounds
+    are equal, catch-ups only where an op meets a shorter round, nothing matched without the option."""
+    if not shutil.which("g++"):
+        pytest.skip("g++ is required")
+    exe = tmp_path / "test_matched_waits"
+    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"),
+           *[str(ROOT / s) for s in SOURCES[:-1]], str(ROOT / "test/cpp/test_matched_waits.cc"), "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip().endswith("0 failed") and "FAIL" not in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("mutation", ["no-reuse-wait", "one-parity", "short-flag-period", "one-tag-slot",
-                                      "relaxed-parity-done", "wide-unaligned"])
+                                      "relaxed-parity-done", "wide-unaligned", "all-own-slot"])
 def test_plan_protocol_mutations_fail(emulator, mutation):
     """Each deliberate protocol bug (region reuse without the pbase wait, one parity, short line-flag period,
     parity plans' call tags in the shared slot, a parity plan's Done without release, wide-line pieces not
-    starting on a line) must be caught: wrong outputs or reported races."""
+    starting on a line, every Wait on the block's own slot whether SNAC matched it or not) must be caught:
+    wrong outputs or reported races."""
     r = subprocess.run([str(emulator), "100", mutation], capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and " 0 failed" not in r.stdout, f"{mutation} went unnoticed:\n{r.stdout}\n{r.stderr}"
     assert "parity plans" in r.stdout and not r.stdout.split("flagged lines, ")[1].startswith("0 parity"), r.stdout

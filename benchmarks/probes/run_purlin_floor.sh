@@ -170,7 +170,7 @@ for name, changes in edits.items():
         (dst / path).write_text(text.replace(old, new))
 EOF
 for f in $COMMON; do echo "csrc/atom/cuda/$f.cu"; done >"$W/cu.list"
-for f in snac/planner snac/spec snac/collectives common/types; do echo "csrc/$f.cc"; done >"$W/cc.list"
+for f in snac/planner snac/matched_waits snac/spec snac/collectives common/types; do echo "csrc/$f.cc"; done >"$W/cc.list"
 export NVCC
 {
   while read -r f; do echo "$f csrc $W/base/$(basename "$f").o"; done <"$W/cu.list"
@@ -181,7 +181,7 @@ export NVCC
 } | FLAGS_STR="${FLAGS[*]}" xargs -P "$(nproc)" -L 1 sh -c '"$NVCC" $FLAGS_STR -I"$1" -x cu -c "$0" -o "$2" || echo "BUILD FAILED: $0"' 
 shared=()
 for f in $COMMON; do shared+=("$W/base/$f.cu.o"); done
-for f in planner spec collectives types; do shared+=("$W/base/$f.cc.o"); done
+for f in planner matched_waits spec collectives types; do shared+=("$W/base/$f.cc.o"); done
 "$NVCC" -arch=sm_90 "$W/base/purlin_floor.o" "${shared[@]}" "$W/base/plan_kernel_float.o" -o "$W/base/run" -ldl || echo "LINK FAILED: base"
 for a in $ABL; do
   "$NVCC" -arch=sm_90 "$W/base/purlin_floor.o" "${shared[@]}" "$W/$a/obj/plan_kernel_float.o" -o "$W/$a/run" -ldl || echo "LINK FAILED: $a"

@@ -85,6 +85,7 @@ std::string CudaGroup::read_error(const cu::SymmetricWorkspace& ws, std::chrono:
 void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table) {
   two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
   push_mode_ = env::get("TORCH_PURLIN_CUDA_PUSH");
+  match_waits_ = env::get_bool("TORCH_PURLIN_CUDA_MATCHED_WAITS");
   if (push_mode_ != "copies" && push_mode_ != "all" && push_mode_ != "none")
     throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: expected copies, all or none, got '" + push_mode_ + "'");
   debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
@@ -391,15 +392,24 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   }
   // NOTE [parity plans]: else a one-round push plan in one half of the parity
   // region, also rank-invariant (the Spec, the agreed region).
-  if (region && !c->lines && lbytes <= ws_->parity_max_bytes())
-    c->parity = one_round_push_plan(spec, rank_, ws_->parity_slot_elems(esize), &opt, &plan);
+  // NOTE [matched waits] (snac/plan.h): plan-kernel plans (parity and
+  // workspace plans) let a block wait for its own slot where SNAC shows that
+  // suffices; line plans have no waits, the copy-engine plan no blocks.
+  if (region && !c->lines && lbytes <= ws_->parity_max_bytes()) {
+    snac::PlanOptions parity_opt = opt;
+    parity_opt.match_waits = match_waits_;
+    c->parity = one_round_push_plan(spec, rank_, ws_->parity_slot_elems(esize), &parity_opt, &plan);
+    if (c->parity) opt = parity_opt;
+  }
   // Otherwise (also when a region was asked for but the plan does not
   // qualify) the workspace plan: a region request's cache entry serves the
   // call as it is.
   const bool two = !c->lines && !c->parity && two_wanted;
   if (!c->lines && !c->parity) {
     opt.reduce_algo = two ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
-    plan = snac::make_plan(spec, rank_, opt);
+    snac::PlanOptions matched = opt;
+    matched.match_waits = match_waits_;
+    plan = snac::make_plan(spec, rank_, matched);
   }
   c->spec_bytes = spec_bytes;
   const cu::LaunchConfig& config = ws_->launch_config();
@@ -429,7 +439,8 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
            (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0) ^
-           (c->parity ? 0x10000000000ull : 0) ^ (c->wide ? 0x20000000000ull : 0);
+           (c->parity ? 0x10000000000ull : 0) ^ (c->wide ? 0x20000000000ull : 0) ^
+           (match_waits_ && !c->lines ? 0x40000000000ull : 0);  // matched plans may cut other rounds
   c->protocol = std::string(c->reduces ? (two ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
                 (c->wide ? "+wide-lines" : c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "");
   if (cu::fits_inline(c->plan)) {
@@ -439,8 +450,12 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
     c->dev = store_plans_->upload(c->plan);
   }
   if (debug_)
-    std::fprintf(stderr, "[purlin] rank %d: new CUDA plan for %s (%s, %d blocks, %zu device ops, %u local barriers, %s): %s",
+    std::fprintf(stderr,
+                 "[purlin] rank %d: new CUDA plan for %s (%s, %d blocks, %zu device ops, %u local barriers, %d own-slot "
+                 "waits, %s): %s",
                  rank_, spec.name.c_str(), c->protocol.c_str(), c->blocks, c->plan.ops.size(), c->plan.local_syncs,
+                 static_cast<int>(std::count_if(c->plan.ops.begin(), c->plan.ops.end(),
+                                                [](const cu::DevOp& o) { return o.code == cu::kWait && o.own_slot; })),
                  c->inl ? "inline" : "device", plan.describe().c_str());
   return *plans_.emplace(key, std::move(c)).first->second;
 }

@@ -127,6 +127,7 @@ class CudaGroup {
   std::string broken_;
   int64_t two_shot_bytes_ = 0;
   std::string push_mode_;
+  bool match_waits_ = true;  // NOTE [matched waits] (snac/plan.h)
   bool debug_ = false;
   bool overlap_ = false;  // NOTE [overlapped launch]: TORCH_PURLIN_CUDA_PDL on an sm_90+ GPU
   std::unique_ptr<atom::CpuAtom> a2a_atom_;  // all_to_all split exchange (shm_group.h), on first use

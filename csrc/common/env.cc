@@ -55,6 +55,12 @@ const std::vector<Var>& registry() {
        "Which CUDA collectives stage by pushing each contribution into its readers' workspaces instead of their "
        "own (NOTE [push] in csrc/snac/plan.h): copies (default: measured faster for copies at every size), all, "
        "or none. Every rank must use the same value (a mismatch is reported as a call-tag error)."},
+      {"TORCH_PURLIN_CUDA_MATCHED_WAITS", "1",
+       "1: in CUDA collectives run by the plan kernel, a block waits only for the peer's block of the same index "
+       "wherever SNAC shows that block alone wrote (or read) what it touches next (NOTE [matched waits] in "
+       "csrc/snac/plan.h), so blocks pipeline independently; 0: every wait waits for all of the peer's blocks. "
+       "Every rank must use the same value (matched plans may cut a collective into other rounds; a mismatch is "
+       "reported as a call-tag error)."},
       {"TORCH_PURLIN_CUDA_BLOCKS", "0",
        "Blocks per CUDA collective launch (0: by message size from the architecture's table, "
        "csrc/atom/cuda/launch_config*.cu; N: always N, max 128; the group uses the smallest value any rank asks "

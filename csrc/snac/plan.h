@@ -47,6 +47,42 @@
 //   Workspace reuse *across* collectives needs no Consumed wait: a rank
 //   begins collective k+1 only after every peer arrived at k+1 (handshake),
 //   i.e. finished reading everything of collective k.
+// NOTE [matched waits] — an Atom may run a plan on several workers per rank
+//   (the CUDA plan kernel's blocks), each taking its share of every Copy and
+//   Reduce by a rule of the op's element count alone, and each raising its
+//   own slot of a flag. A Wait then has to wait for the slots of all the
+//   peer's workers, unless what the waiting worker touches was touched only
+//   by the peer's worker of the same index. make_plan(match_waits) derives
+//   every rank's plan and looks at every pair of conflicting accesses (same
+//   Workspace elements, one writes) of different ops: a pair is *matched*
+//   when both ops access the same elements from the same offset with the
+//   same n, so worker b's share of one is worker b's share of the other. An
+//   op all of whose pairs are matched is clean. Every Wait is marked
+//   `matched` (each worker may wait for its own slot), and right before
+//   each unclean op the rank waits again, on all slots, for the highest
+//   value it waited for on each (peer, flag) since the last such catch-up.
+//   Why it is sound: in the all-slot protocol each conflicting pair is
+//   ordered by a chain of signals and waits; every worker executes every
+//   op, so for a matched pair (both on worker b) the same chain exists
+//   through worker b of every rank, which own-slot waits keep. An unmatched
+//   pair has an unclean op at both ends, each run after a catch-up: the
+//   chain's last wait before the later op is covered by its catch-up on all
+//   slots, and the chain's earlier hops exist through the worker of the
+//   earlier op. (With SNAC's round structure the emulator finds no race
+//   without the catch-ups, since the waits that order unmatched pairs lie
+//   between them; the argument needs them.) The end of a launch joins all of a
+//   rank's workers, so what follows a plan (an overwritten zero-copy input,
+//   the next collective) sees every peer worker through the union of the
+//   workers' own-slot waits. Accesses of one rank to its own Workspace
+//   across workers are ordered by the Atom's local barriers (device_plan.h
+//   NOTE [local barriers]) and are not pairs here. A peer's plan is derived
+//   with direct_local = false (its rank-invariant layout, staging every own
+//   piece: a superset of the Workspace accesses of either choice). Workers
+//   then pipeline independently: worker b of one rank consumes round j
+//   while worker c of the peer still stages it. Rounds are cut to equal
+//   sizes (planner.cc round_cut) so that rounds j and j + 2 lay the same
+//   pieces on the same slot; only ops that meet the last, shorter round
+//   (its own and those of round K - 3 on its slot) are unclean.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +116,7 @@ struct Op {
   int32_t src_begin = 0;     // Copy / Reduce: srcs[src_begin, src_begin + src_count)
   int32_t src_count = 0;
   const char* phase = "";    // for timeout messages (static strings)
+  bool matched = false;      // Wait: NOTE [matched waits]
 };
 
 enum class ReduceAlgo : uint8_t { OneShot = 0, TwoShot = 1 };
@@ -93,6 +130,7 @@ struct PlanOptions {
   bool read_peer_inputs = false;  // NOTE [zero-copy]: every rank's Input is
                                // readable by its peers (symmetric memory)
   bool push = false;           // NOTE [push]: stage into the readers' workspaces
+  bool match_waits = false;    // NOTE [matched waits]: mark Waits a worker may make on its own slot
 };
 
 struct Plan {
@@ -112,5 +150,10 @@ inline uint64_t step_value(int round, int phase) { return 2ull * static_cast<uin
 // Derives rank `rank`'s plan. Throws std::invalid_argument if the workspace
 // cannot hold even one aligned element per staged piece.
 Plan make_plan(const Spec& spec, int rank, const PlanOptions& opt);
+
+// NOTE [matched waits]: marks plans[rank]'s Waits matched and inserts its
+// catch-up Waits before its unclean ops, given every rank's plan of the same
+// Spec (plans[q].rank == q). Returns the number of Waits marked.
+int mark_matched_waits(std::vector<Plan>* plans, int rank);
 
 }  // namespace purlin::snac

@@ -24,6 +24,15 @@ int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 // its direct own reads fell back to scalar loads.)
 int64_t cut(int64_t L, int64_t k, int64_t K, int64_t a) { return k >= K ? L : L * k / K / a * a; }
 
+// Cut point k of a chunk of L elements into K rounds: rounds of one aligned
+// size, the last one shorter, so that rounds j and j + 2 lay the same pieces
+// on the same slot (NOTE [matched waits]). Trailing rounds may be empty.
+int64_t round_cut(int64_t L, int64_t k, int64_t K, int64_t a) {
+  if (k >= K) return L;
+  const int64_t size = align_up((L + K - 1) / K, a);
+  return std::min(L, k * size);
+}
+
 // One consumable unit of a round: elements [a, b) of a chunk. For two-shot
 // chunks there is one Piece per owner; `owner` is -1 otherwise.
 struct Piece {
@@ -68,7 +77,7 @@ class Planner {
     for (size_t c = 0; c < spec_.chunks.size(); ++c) {
       const Chunk& ch = spec_.chunks[c];
       const int64_t L = ch.numel();
-      const int64_t a = cut(L, j, K, opt_.align_elems), b = cut(L, j + 1, K, opt_.align_elems);
+      const int64_t a = round_cut(L, j, K, opt_.align_elems), b = round_cut(L, j + 1, K, opt_.align_elems);
       if (a == b || ch.dests.empty()) continue;
       if (two_shot(ch)) {
         R.two_shot = true;
@@ -149,7 +158,21 @@ class Planner {
       if (tries > 64) throw std::invalid_argument("SNAC: workspace too small for spec '" + spec_.name + "'");
       K += std::max(1, K / 8);
     }
+    // NOTE [matched waits]: up to twice as many rounds if that cuts every
+    // chunk into equal aligned rounds (no shorter last round, so no op meets
+    // a differently cut one: 256 MB all_reduce two-shot takes 16 rounds, not 13).
+    for (int k = K; opt_.match_waits && k <= 2 * K; ++k)
+      if (even_rounds(k) && fits(k)) return k;
     return K;
+  }
+
+  // Whether K rounds cut every chunk into equal aligned pieces.
+  bool even_rounds(int K) const {
+    for (const auto& ch : spec_.chunks) {
+      const int64_t L = ch.numel();
+      if (L > 0 && !ch.dests.empty() && (L % K != 0 || (L / K) % opt_.align_elems != 0)) return false;
+    }
+    return true;
   }
 
   // Emits copy/reduce ops for elements [a, b) of a chunk, from `srcs` regions
@@ -340,7 +363,17 @@ Plan make_plan(const Spec& spec, int rank, const PlanOptions& opt) {
   if (rank < 0 || rank >= spec.world) throw std::invalid_argument("SNAC: rank outside the world");
   PlanOptions o = opt;
   o.align_elems = std::max<int64_t>(1, o.align_elems);
-  return Planner(spec, o).build(rank);
+  if (!o.match_waits || spec.world == 1) return Planner(spec, o).build(rank);
+  // NOTE [matched waits]: every rank's plan; peers' with direct_local = false
+  // (a superset of the Workspace accesses of either choice).
+  PlanOptions peers = o;
+  peers.direct_local = false;
+  const Planner own(spec, o), others(spec, peers);
+  std::vector<Plan> all;
+  all.reserve(static_cast<size_t>(spec.world));
+  for (int q = 0; q < spec.world; ++q) all.push_back(q == rank ? own.build(q) : others.build(q));
+  mark_matched_waits(&all, rank);
+  return std::move(all[static_cast<size_t>(rank)]);
 }
 
 std::string Plan::describe() const {
@@ -351,7 +384,8 @@ std::string Plan::describe() const {
   for (const Op& op : ops) {
     os << "  " << codes[static_cast<int>(op.code)];
     if (op.code == OpCode::Wait || op.code == OpCode::Signal) {
-      os << (op.flag == Flag::Staged ? " staged" : " consumed") << " peer=" << op.peer << " v=" << op.value;
+      os << (op.flag == Flag::Staged ? " staged" : " consumed") << " peer=" << op.peer << " v=" << op.value
+         << (op.matched ? " matched" : "");
     } else {
       os << " n=" << op.n << " " << bufs[static_cast<int>(op.dst.buf)] << op.dst.rank << "+" << op.dst.offset
          << " <-";

@@ -55,6 +55,13 @@
 // first Staged wait on a peer reads it: a tag overwritten by the peer's next
 // collective before it was read is a race (and a mismatch).
 //
+// Matched waits (NOTE [matched waits] in snac/plan.h): three in four
+// plan-kernel collectives are planned with match_waits, and a Wait lowered
+// with own_slot waits for (and acquires) the peer's slot of the waiting
+// block only; the race detector then checks SNAC's claim that this block's
+// accesses conflict only with that block's. Small workspaces give many
+// rounds, so the catch-up before the last, shorter round runs too.
+//
 // Mutations (argv[2]) break the protocol on purpose and must make the run
 // fail: no-reuse-wait (no pbase wait), one-parity, short-flag-period (flags
 // repeat after 6 line collectives instead of 2^33), one-tag-slot (parity
@@ -62,7 +69,8 @@
 // orders nothing, as a line Done would: the next writer of the half races
 // with this rank's reads; why parity plans keep the released Done),
 // wide-unaligned (wide-line pieces aligned to 512 bytes instead of whole
-// lines).
+// lines), all-own-slot (every Wait on the own slot, matched or not, but for
+// the call-tag checks: the data races alone must show).
 //
 // Worlds 1-3 run with three workspace sizes each, world 4 with one.
 // What it does not cover: the CUDA code itself (ptx.cuh, copy.cuh,
@@ -71,7 +79,7 @@
 // half of the line flag), which the GPU tests (test/test_gpu_collectives.py)
 // exercise.
 // Build: g++ -std=c++17 -O2 -Icsrc -x c++ csrc/atom/cuda/device_plan.cu -x none
-//        csrc/snac/{planner,spec,collectives}.cc csrc/common/types.cc this.cc -pthread
+//        csrc/snac/{planner,matched_waits,spec,collectives}.cc csrc/common/types.cc this.cc -pthread
 // Run:   ./a.out [collectives per group, 150] [mutation]
 #include <algorithm>
 #include <atomic>
@@ -105,11 +113,13 @@ constexpr int64_t kLineMaxBytes = 2048;           // TORCH_PURLIN_CUDA_LINE_BYTE
 constexpr int64_t kParityMaxBytes = 8192;         // TORCH_PURLIN_CUDA_PARITY_BYTES of every emulated group
 
 // Deliberate protocol bugs (argv[2]): each must make the run fail.
-enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod, OneTagSlot, RelaxedParityDone, WideUnaligned };
+enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod, OneTagSlot, RelaxedParityDone, WideUnaligned,
+                       AllOwnSlot };
 Mutation g_mutation = Mutation::None;
 
 int g_failed = 0;
 int64_t g_launches = 0, g_line_launches = 0, g_wide_launches = 0, g_parity_launches = 0, g_ops = 0, g_syncs = 0;
+int64_t g_own_waits = 0, g_catch_ups = 0;  // NOTE [matched waits]: own-slot Waits, catch-up Waits lowered
 std::atomic<int64_t> g_races{0};
 std::atomic<int64_t> g_off_line{0};  // wide-line accesses whose piece does not start on a line
 
@@ -642,8 +652,13 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
     switch (op.code) {
       case cu::kWait:
         if (c.parity && op.flag == cu::kConsumed) break;  // one round (NOTE [parity plans])
-        wait_all(&g.flag(r, op.flag, op.peer, 0), G, x.base + op.value, "Staged/Consumed");
-        acquire_all(r, op.flag, op.peer, x.base + op.value);
+        if (op.own_slot || (g_mutation == Mutation::AllOwnSlot && !op.check_tag)) {  // NOTE [matched waits]: slot b only
+          wait_all(&g.flag(r, op.flag, op.peer, b), 1, x.base + op.value, "Staged/Consumed (own slot)");
+          g.sync(r, op.flag, op.peer, b).acquire(x.base + op.value, vc);
+        } else {
+          wait_all(&g.flag(r, op.flag, op.peer, 0), G, x.base + op.value, "Staged/Consumed");
+          acquire_all(r, op.flag, op.peer, x.base + op.value);
+        }
         if (op.check_tag) {
           const size_t at = static_cast<size_t>(tag_slot) * g.world + op.peer;
           on_read(&me.tag_cells[at], vc, x.t, "consume: check the call tag");
@@ -693,6 +708,7 @@ struct Case {
   bool lines = false;   // the host tries a region: flagged lines (NOTE [line plans]), else a parity plan
   bool wide = false;    // ... and the group's line format is wide (NOTE [wide lines]); as run: on wide lines
   bool parity = false;  // as run: a parity plan (NOTE [parity plans])
+  bool matched = false; // plan-kernel plans made with match_waits (NOTE [matched waits])
   int64_t rows = 1, row_len = 0;  // Interleaved: n = rows * row_len
 };
 
@@ -701,7 +717,7 @@ std::string name_of(const Case& c) {
                                 "reduce",     "gather",     "scatter",        "interleaved_all_gather"};
   return std::string(kinds[static_cast<int>(c.kind)]) + (c.layout == Layout::InPlace ? " in-place" : "") +
          (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.push ? " push" : "") +
-         (c.lines ? (c.wide ? " wide-lines" : " lines") : "") + (c.parity ? " parity" : "") + " n=" + std::to_string(c.n) + " blocks=" + std::to_string(c.blocks);
+         (c.lines ? (c.wide ? " wide-lines" : " lines") : "") + (c.parity ? " parity" : "") + (c.matched ? " matched" : "") + " n=" + std::to_string(c.n) + " blocks=" + std::to_string(c.blocks);
 }
 
 snac::Spec spec_of(const Case& cs, int W) {
@@ -776,7 +792,8 @@ bool dense_regions(const snac::Spec& spec, bool dests) {
   return true;
 }
 
-bool line_plan(const Group& g, const snac::Spec& spec, int r, const snac::PlanOptions& opt, snac::Plan* plan) {
+bool line_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
+  opt.match_waits = false;  // no waits on lines (NOTE [line-carried ops])
   return dense_regions(spec, false) && one_round_push_plan(spec, r, opt, g.line_slot_elems, plan);
 }
 
@@ -784,6 +801,7 @@ bool line_plan(const Group& g, const snac::Spec& spec, int r, const snac::PlanOp
 // destinations, pieces aligned to whole lines, one parity of the wide region.
 bool wide_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
   if (!dense_regions(spec, true)) return false;
+  opt.match_waits = false;
   opt.align_elems = (g_mutation == Mutation::WideUnaligned ? cu::kPartBytes : cu::kWideAlignBytes) / kEsize;
   return one_round_push_plan(spec, r, opt, g.wide_slot_elems, plan);
 }
@@ -828,6 +846,7 @@ snac::PlanOptions plan_options(const Group& g, const Case& cs, int r, cu::IoAlia
   opt.read_peer_inputs = cs.zero_copy && zero_copy_allowed(cs.kind, alias, cs.two_shot);
   opt.push = cs.push;
   opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
+  opt.match_waits = cs.matched;  // plan-kernel plans only: line plans are made without (cuda_group.cc)
   return opt;
 }
 
@@ -907,6 +926,10 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     p.calls[r].parity = parity;
     g_ops += static_cast<int64_t>(p.calls[r].plan.ops.size());
     g_syncs += p.calls[r].plan.local_syncs;
+    for (const cu::DevOp& op : p.calls[r].plan.ops) {
+      g_own_waits += op.code == cu::kWait && op.own_slot;
+      g_catch_ups += op.code == cu::kWait && std::strncmp(cu::interned_name(op.phase), "catch up", 8) == 0;
+    }
   }
   return p;
 }
@@ -1027,6 +1050,7 @@ Case random_case(int world, std::mt19937& rng) {
   c.blocks = 1 + static_cast<int>(rng() % kBlocks);
   c.zero_copy = rng() % 3 == 0;
   c.push = rng() % 2 == 0;
+  c.matched = rng() % 4 != 0;
   if (c.kind == Kind::AllToAll || c.kind == Kind::Interleaved) c.layout = Layout::Disjoint;  // no in-place form
   c.root = static_cast<int>(rng() % world);
   c.splits.assign(world, std::vector<int64_t>(world, 0));
@@ -1048,9 +1072,10 @@ Mutation parse_mutation(const char* s) {
   if (m == "one-tag-slot") return Mutation::OneTagSlot;
   if (m == "relaxed-parity-done") return Mutation::RelaxedParityDone;
   if (m == "wide-unaligned") return Mutation::WideUnaligned;
+  if (m == "all-own-slot") return Mutation::AllOwnSlot;
   if (!m.empty()) {
     std::fprintf(stderr, "unknown mutation '%s' (no-reuse-wait, one-parity, short-flag-period, one-tag-slot, "
-                 "relaxed-parity-done, wide-unaligned)\n", s);
+                 "relaxed-parity-done, wide-unaligned, all-own-slot)\n", s);
     std::exit(2);
   }
   return Mutation::None;
@@ -1095,8 +1120,10 @@ int main(int argc, char** argv) {
     ++g_failed;
   }
   std::printf("cuda plan emulation: %d collectives (%lld launched, %lld on flagged lines, %lld parity plans, "
-              "%lld on wide lines, %lld ops, %lld local barriers), %lld races, %d failed\n",
+              "%lld on wide lines, %lld ops, %lld local barriers, %lld own-slot waits, %lld catch-up waits), "
+              "%lld races, %d failed\n",
               ran, (long long)g_launches, (long long)g_line_launches, (long long)g_parity_launches,
-              (long long)g_wide_launches, (long long)g_ops, (long long)g_syncs, (long long)g_races.load(), g_failed);
+              (long long)g_wide_launches, (long long)g_ops, (long long)g_syncs, (long long)g_own_waits,
+              (long long)g_catch_ups, (long long)g_races.load(), g_failed);
   return g_failed ? 1 : 0;
 }

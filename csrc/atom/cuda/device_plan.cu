@@ -126,6 +126,8 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
           d.check_tag = 1;  // before this rank reads anything the peer staged
           tag_checked[op.peer] = true;
         }
+        // NOTE [matched waits]; a tag check reads what block 0 published.
+        d.own_slot = op.code == snac::OpCode::Wait && op.matched && !d.check_tag && partition == Partition::Parts;
         out.ops.push_back(d);
         continue;
       case snac::OpCode::Copy:

@@ -9,7 +9,11 @@
 //   alignment of an op's pointers carries over to every block's share).
 //   Wait/Signal are per block: block b raises its own slot of a flag, and a
 //   waiter waits for the slots of ALL G blocks of the peer, because the
-//   partitions of the producer's ops and the consumer's ops differ.
+//   partitions of the producer's ops and the consumer's ops may differ;
+//   where the plan shows that they do not (a Wait SNAC marked `matched`,
+//   NOTE [matched waits] in snac/plan.h), block b waits for slot b only.
+//   A call-tag check (NOTE [call tags]) waits for all slots: the tag is
+//   published by block 0's release.
 //   Wide-line plans split by whole lines instead (wide_part_size(), NOTE
 //   [wide lines]); lower_plan() is told which, for the local barriers.
 // NOTE [local barriers] A rank's own ops can depend on each other across
@@ -55,7 +59,7 @@ struct DevOp {
   int32_t src_begin; // Copy / Reduce: srcs[src_begin, src_begin + src_count)
   int16_t src_count; // (<= kMaxWorld)
   uint8_t check_tag; // Wait: 1 on the first Staged wait for each peer (NOTE [call tags])
-  uint8_t reserved_;
+  uint8_t own_slot;  // Wait: block b waits for the peer's slot b only (NOTE [matched waits] in snac/plan.h)
 };
 
 constexpr int64_t kPartBytes = 512;

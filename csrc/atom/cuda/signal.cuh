@@ -73,15 +73,17 @@ __device__ __forceinline__ bool wait_flag(const uint64_t* f, uint64_t target, ui
 // except i == skip (threads i, i + blockDim, ... poll slot i). Returns
 // false, identically in every thread, if any slot timed out. Ends with a
 // barrier, so every thread's later reads are ordered after the acquires.
+// `first`: the block slot flags[0] is (error records name first + i).
 template <bool kSys>
 __device__ __forceinline__ bool wait_all(const uint64_t* flags, int count, uint64_t target, const WaitSite& s,
-                                         int peer, int kind, uint32_t phase, int stride = 1, int skip = -1) {
+                                         int peer, int kind, uint32_t phase, int stride = 1, int skip = -1,
+                                         int first = 0) {
   bool ok = true;
   for (int i = threadIdx.x; i < count && ok; i += blockDim.x) {
     if (i == skip) continue;
     const uint64_t* f = flags + static_cast<int64_t>(i) * stride;
     const uint64_t seen = kSys ? ptx::ld_acquire_sys(f) : ptx::ld_acquire_gpu(f);
-    ok = wait_flag<kSys>(f, target, seen, s, stride == 1 ? peer : i, stride == 1 ? i : 0, kind, phase);
+    ok = wait_flag<kSys>(f, target, seen, s, stride == 1 ? peer : i, stride == 1 ? first + i : 0, kind, phase);
   }
   return __syncthreads_and(ok) != 0;
 }
