@@ -892,6 +892,24 @@ def _worker(rank, world, init_file, log_path):
                 R.check(f"{op} n={n} {dtype}", push_case, op, n, dtype)
     R.check("two-shot all_reduce 24 MB", push_case, "all_reduce", 3_000_001, torch.float32)
 
+    # Reduced slices pushed to the other ranks (two-shot phase 1, PUSH=reduced), in many rounds, from an
+    # ordinary tensor and from a pool tensor (zero-copy phase 0).
+    pr = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_PUSH="reduced", TORCH_PURLIN_CUDA_WORKSPACE_BYTES="1M",
+                      TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+
+    def push_reduced_case(n, dtype, pool):
+        xs = inputs(n, dtype, "sum")
+        t = torch_purlin.empty(n, dtype=dtype, device=dev, group=pr) if pool else torch.empty(n, dtype=dtype, device=dev)
+        t.copy_(xs[rank].to(dev))
+        dist.all_reduce(t, group=pr)
+        assert_reduced(t, xs, "sum", f"push-reduced all_reduce n={n} pool={pool}")
+        want = "two-shot" + ("+zero-copy" if pool else "") + "+push-reduced"
+        assert torch_purlin.last_launch(pr)["protocol"] == want, torch_purlin.last_launch(pr)
+
+    for pool in (False, True):
+        R.check(f"push-reduced two-shot all_reduce pool={pool}", push_reduced_case, 4_198_403, torch.bfloat16, pool)
+        R.check(f"push-reduced two-shot all_reduce f32 pool={pool}", push_reduced_case, 2_100_001, torch.float32, pool)
+
 
     # -- flagged lines: small collectives in one NVLink trip (NOTE [line plans]) ----------------------------
     R.family = "lines"

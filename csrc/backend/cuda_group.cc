@@ -84,10 +84,20 @@ std::string CudaGroup::read_error(const cu::SymmetricWorkspace& ws, std::chrono:
 // into this rank's reply to the setup agreement).
 void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table) {
   two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
-  push_mode_ = env::get("TORCH_PURLIN_CUDA_PUSH");
   match_waits_ = env::get_bool("TORCH_PURLIN_CUDA_MATCHED_WAITS");
-  if (push_mode_ != "copies" && push_mode_ != "all" && push_mode_ != "none")
-    throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: expected copies, all or none, got '" + push_mode_ + "'");
+  const std::string push = env::get("TORCH_PURLIN_CUDA_PUSH");
+  push_copies_ = push_reductions_ = push_reduced_ = false;
+  for (size_t at = 0; at <= push.size();) {  // a comma list (NOTE [push])
+    const size_t end = std::min(push.find(',', at), push.size());
+    const std::string item = push.substr(at, end - at);
+    if (item == "copies" || item == "all") push_copies_ = true;
+    if (item == "reductions" || item == "all") push_reductions_ = true;
+    if (item == "reduced" || item == "all") push_reduced_ = true;
+    if (item != "copies" && item != "reductions" && item != "reduced" && item != "all" && item != "none")
+      throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: expected a comma list of copies, reductions, reduced, all "
+                                  "or none, got '" + push + "'");
+    at = end + 1;
+  }
   debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
   int major = 0;  // NOTE [overlapped launch]: programmatic dependent launch needs sm_90+
   overlap_ = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess && major >= 9 &&
@@ -364,7 +374,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   // NOTE [push]: measured on 2x H200 (benchmarks/results/cuda_h200x2_20261130b_push.md),
   // pushing is 3-9% faster for copies at every size; for reductions it is
   // mixed (one-shot small slower, reduce_scatter >= 256 MB slower).
-  opt.push = !zero_copy && (push_mode_ == "all" || (push_mode_ == "copies" && spec.kind == snac::OpKind::Copy));
+  opt.push = !zero_copy && (spec.kind == snac::OpKind::Copy ? push_copies_ : push_reductions_);
   auto c = std::make_unique<CachedPlan>();
   // NOTE [line plans]: a one-round push plan of a spec with contiguous
   // sources, laid out in one parity of the line region. Every condition is
@@ -407,6 +417,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   const bool two = !c->lines && !c->parity && two_wanted;
   if (!c->lines && !c->parity) {
     opt.reduce_algo = two ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
+    opt.push_reduced = two && push_reduced_;  // zero-copy plans too: the scratch is workspace either way
     snac::PlanOptions matched = opt;
     matched.match_waits = match_waits_;
     plan = snac::make_plan(spec, rank_, matched);
@@ -438,11 +449,12 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
-           (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0) ^
+           (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (opt.push_reduced ? 0x80000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0) ^
            (c->parity ? 0x10000000000ull : 0) ^ (c->wide ? 0x20000000000ull : 0) ^
            (match_waits_ && !c->lines ? 0x40000000000ull : 0);  // matched plans may cut other rounds
   c->protocol = std::string(c->reduces ? (two ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
-                (c->wide ? "+wide-lines" : c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "");
+                (c->wide ? "+wide-lines" : c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "") +
+                (opt.push_reduced ? "+push-reduced" : "");
   if (cu::fits_inline(c->plan)) {
     c->inl = std::make_unique<cu::InlinePlan>();
     cu::to_inline(c->plan, c->inl.get());

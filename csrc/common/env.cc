@@ -52,9 +52,11 @@ const std::vector<Var>& registry() {
        "2x H200 it is 0.6-0.9x the SM kernel (docs/PERFORMANCE.md), so it is worth it only to keep SMs for "
        "overlapped compute."},
       {"TORCH_PURLIN_CUDA_PUSH", "copies",
-       "Which CUDA collectives stage by pushing each contribution into its readers' workspaces instead of their "
-       "own (NOTE [push] in csrc/snac/plan.h): copies (default: measured faster for copies at every size), all, "
-       "or none. Every rank must use the same value (a mismatch is reported as a call-tag error)."},
+       "Which CUDA collectives write into their readers' workspaces instead of their own (NOTE [push] in "
+       "csrc/snac/plan.h), a comma list: copies (copy collectives stage by pushing; default: measured faster for "
+       "copies at every size), reductions (reductions stage by pushing), reduced (two-shot all_reduce pushes the "
+       "reduced slices to the other ranks instead of their pulling them), all, or none. Every rank must use the "
+       "same value (a mismatch is reported as a call-tag error)."},
       {"TORCH_PURLIN_CUDA_MATCHED_WAITS", "1",
        "1: in CUDA collectives run by the plan kernel, a block waits only for the peer's block of the same index "
        "wherever SNAC shows that block alone wrote (or read) what it touches next (NOTE [matched waits] in "

@@ -40,7 +40,12 @@
 //   the source's own: readers then consume local memory. Notify, Consume and
 //   the acks are unchanged; Reuse waits for the same acks (a source writes
 //   into reader d's slot exactly when d reads from it). Two-shot phase 1
-//   still pulls the owners' reduced slices.
+//   pulls the owners' reduced slices, unless push_reduced: then each owner
+//   copies its reduced slice from its scratch into every other destination's
+//   slot before it notifies (stores over NVLink instead of loads), and the
+//   destination copies it from its own workspace; the owner's Reuse waits
+//   and the destinations' end-of-round acks cover these writes as they do
+//   phase 0's (session 13).
 // NOTE [epochs] — flag values are step counters relative to the plan start;
 //   the executor adds the group's running base, so flags only ever grow and
 //   never need resetting (safe under graph replay with a device-side base).
@@ -130,6 +135,7 @@ struct PlanOptions {
   bool read_peer_inputs = false;  // NOTE [zero-copy]: every rank's Input is
                                // readable by its peers (symmetric memory)
   bool push = false;           // NOTE [push]: stage into the readers' workspaces
+  bool push_reduced = false;   // NOTE [push]: two-shot phase 1 pushes the reduced slices
   bool match_waits = false;    // NOTE [matched waits]: mark Waits a worker may make on its own slot
 };
 

@@ -43,6 +43,7 @@ struct Piece {
   int64_t scratch = -1;          // two-shot: owner's workspace offset of the reduced slice
   std::vector<std::vector<int64_t>> pushed = {};  // push: [source index][reader] offset in the reader's workspace, or -1
   std::vector<bool> copied = {};  // per source index: the source writes its staged copy (else only reserved)
+  std::vector<int64_t> reduced_at = {};  // push_reduced: [reader] offset of the owner's slice in the reader's workspace, or -1
 };
 
 struct Round {
@@ -129,8 +130,14 @@ class Planner {
       if (p.owner < 0) continue;
       p.scratch = align_up(cursor[p.owner], opt_.align_elems);
       cursor[p.owner] = p.scratch + (p.b - p.a);
-      for (const auto& d : spec_.chunks[p.chunk].dests)
-        if (d.rank != p.owner) R.reads[1][d.rank].insert(p.owner);
+      if (opt_.push_reduced) p.reduced_at.assign(W_, -1);
+      for (const auto& d : spec_.chunks[p.chunk].dests) {
+        if (d.rank == p.owner) continue;
+        R.reads[1][d.rank].insert(p.owner);
+        if (!opt_.push_reduced) continue;
+        p.reduced_at[d.rank] = align_up(cursor[d.rank], opt_.align_elems);  // NOTE [push]: in the reader's slot
+        cursor[d.rank] = p.reduced_at[d.rank] + (p.b - p.a);
+      }
     }
     for (int r = 0; r < W_; ++r) R.used[r] = cursor[r] - (j % 2) * opt_.slot_elems;
     return R;
@@ -236,13 +243,13 @@ class Planner {
 
   void emit_round(Plan& plan, int r, int j, const Round& R, const Round* two_back, const Round* two_ahead) const {
     // Reuse: readers of this slot two rounds ago must have acked.
-    if (two_back && opt_.push) {
+    if (two_back && (opt_.push || opt_.push_reduced)) {
       // NOTE [push]: this rank writes into d's slot, which holds what ANY
       // source pushed there in round j - 2: wait until d finished that round
       // (d acks every future pusher at its end, see below).
       const int L = two_back->two_shot ? 1 : 0;
       for (int d = 0; d < W_; ++d)
-        if (d != r && R.reads[0][d].count(r))
+        if (d != r && ((opt_.push && R.reads[0][d].count(r)) || (opt_.push_reduced && R.reads[1][d].count(r))))
           wait(plan, Flag::Consumed, d, step_value(j - 2, L), "stage: wait for the reader to free its slot");
     }
     if (two_back) {
@@ -300,7 +307,17 @@ class Planner {
     }
     for (int s : R.reads[0][r]) signal(plan, Flag::Consumed, s, step_value(j, 0), "consume: ack");
     if (!R.two_shot) return free_slot_for_pushers(plan, r, j, R, two_ahead);
-    // Phase 1 (two-shot): owners' reduced slices are copied to the other dests.
+    // Phase 1 (two-shot): owners' reduced slices are copied to the other
+    // dests: pulled from the owner's scratch, or pushed by the owner into
+    // the readers' slots (push_reduced).
+    for (const Piece& p : R.pieces) {
+      if (p.owner != r || !opt_.push_reduced) continue;
+      for (const auto& d : spec_.chunks[p.chunk].dests)
+        if (d.rank != r)
+          transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Workspace, d.rank, 0}, Ref{Buf::Workspace, r, 0}},
+                   {Region::contiguous(p.reduced_at[d.rank] - p.a, p.b), Region::contiguous(p.scratch - p.a, p.b)},
+                   "stage reduced slice: push to reader");
+    }
     for (int d = 0; d < W_; ++d)
       if (R.reads[1][d].count(r)) signal(plan, Flag::Staged, d, step_value(j, 1), "notify reduced slice");
     for (int o : R.reads[1][r]) wait(plan, Flag::Staged, o, step_value(j, 1), "consume: wait for reduced slice");
@@ -308,8 +325,12 @@ class Planner {
       if (p.owner < 0) continue;
       for (const auto& d : spec_.chunks[p.chunk].dests) {
         if (d.rank != r) continue;
-        transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Output, r, 0}, Ref{Buf::Workspace, p.owner, 0}},
-                 {d.region, Region::contiguous(p.scratch - p.a, p.b)}, "consume reduced slice");
+        if (opt_.push_reduced && p.owner != r)  // the owner wrote it into this rank's slot
+          transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Output, r, 0}, Ref{Buf::Workspace, r, 0, p.owner}},
+                   {d.region, Region::contiguous(p.reduced_at[r] - p.a, p.b)}, "consume reduced slice");
+        else
+          transfer(plan, OpCode::Copy, p.a, p.b, {Ref{Buf::Output, r, 0}, Ref{Buf::Workspace, p.owner, 0}},
+                   {d.region, Region::contiguous(p.scratch - p.a, p.b)}, "consume reduced slice");
       }
     }
     for (int o : R.reads[1][r]) signal(plan, Flag::Consumed, o, step_value(j, 1), "consume reduced slice: ack");
@@ -320,9 +341,12 @@ class Planner {
   // this rank's slot in round j + 2 that the slot is free, unless the last
   // ack of round j already told it.
   void free_slot_for_pushers(Plan& plan, int r, int j, const Round& R, const Round* two_ahead) const {
-    if (!opt_.push || !two_ahead) return;
+    if (!(opt_.push || opt_.push_reduced) || !two_ahead) return;
     const int L = R.two_shot ? 1 : 0;
-    for (int s : two_ahead->reads[0][r])
+    std::set<int> pushers;
+    if (opt_.push) pushers = two_ahead->reads[0][r];
+    if (opt_.push_reduced) pushers.insert(two_ahead->reads[1][r].begin(), two_ahead->reads[1][r].end());
+    for (int s : pushers)
       if (!R.reads[L][r].count(s)) signal(plan, Flag::Consumed, s, step_value(j, L), "consume: free the slot for pushers");
   }
 

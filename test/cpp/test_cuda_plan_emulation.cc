@@ -705,6 +705,7 @@ struct Case {
   int blocks = kBlocks;
   bool zero_copy = false;
   bool push = false;    // NOTE [push]
+  bool push_reduced = false;  // NOTE [push]: two-shot phase 1 pushes (zero-copy plans too)
   bool lines = false;   // the host tries a region: flagged lines (NOTE [line plans]), else a parity plan
   bool wide = false;    // ... and the group's line format is wide (NOTE [wide lines]); as run: on wide lines
   bool parity = false;  // as run: a parity plan (NOTE [parity plans])
@@ -716,7 +717,7 @@ std::string name_of(const Case& c) {
   static const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
                                 "reduce",     "gather",     "scatter",        "interleaved_all_gather"};
   return std::string(kinds[static_cast<int>(c.kind)]) + (c.layout == Layout::InPlace ? " in-place" : "") +
-         (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.push ? " push" : "") +
+         (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.push ? " push" : "") + (c.push_reduced ? " push-reduced" : "") +
          (c.lines ? (c.wide ? " wide-lines" : " lines") : "") + (c.parity ? " parity" : "") + (c.matched ? " matched" : "") + " n=" + std::to_string(c.n) + " blocks=" + std::to_string(c.blocks);
 }
 
@@ -845,6 +846,7 @@ snac::PlanOptions plan_options(const Group& g, const Case& cs, int r, cu::IoAlia
   opt.direct_local = direct_local_reads(cs.kind, alias, shift, r, cs.n);
   opt.read_peer_inputs = cs.zero_copy && zero_copy_allowed(cs.kind, alias, cs.two_shot);
   opt.push = cs.push;
+  opt.push_reduced = cs.push_reduced;
   opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
   opt.match_waits = cs.matched;  // plan-kernel plans only: line plans are made without (cuda_group.cc)
   return opt;
@@ -1051,6 +1053,7 @@ Case random_case(int world, std::mt19937& rng) {
   c.zero_copy = rng() % 3 == 0;
   c.push = rng() % 2 == 0;
   c.matched = rng() % 4 != 0;
+  c.push_reduced = c.two_shot && rng() % 2;
   if (c.kind == Kind::AllToAll || c.kind == Kind::Interleaved) c.layout = Layout::Disjoint;  // no in-place form
   c.root = static_cast<int>(rng() % world);
   c.splits.assign(world, std::vector<int64_t>(world, 0));

@@ -60,6 +60,11 @@ int main() {
     expect(ar.waits > 0 && ar.matched == ar.waits && ar.catch_up == 0,
            "all_reduce two-shot 256M" + w + ": " + std::to_string(ar.matched) + " of " + std::to_string(ar.waits) +
                " waits matched, " + std::to_string(ar.catch_up) + " catch-ups, " + std::to_string(ar.rounds) + " rounds");
+    snac::PlanOptions pushed = cuda_like(true, false, true);
+    pushed.push_reduced = true;  // NOTE [push]: phase 1 written into the readers' slots
+    const Counts pr = count(snac::make_plan(snac::all_reduce(W, n, RedOp::Sum), 0, pushed));
+    expect(pr.waits > 0 && pr.matched == pr.waits && pr.catch_up == 0,
+           "all_reduce two-shot push-reduced 256M" + w + ": all matched, " + std::to_string(pr.rounds) + " rounds");
     const int64_t per_rank = int64_t{64} << 19;  // 64 MB of bf16 per rank: equal rounds at any W
     const Counts ag = count(snac::make_plan(snac::all_gather(W, per_rank), 0, cuda_like(false, true, true)));
     expect(ag.waits > 0 && ag.matched == ag.waits && ag.catch_up == 0, "all_gather push 64M per rank" + w + ": all matched");
