@@ -4,6 +4,7 @@
 // unclean op.
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -18,9 +19,23 @@ struct WsAccess {
   int32_t owner;  // whose Workspace
   int32_t rank;   // whose plan
   int32_t op;     // index in that plan's ops
+  int32_t round;  // the op's round
   int64_t lo, n;  // elements [lo, lo + n); n is also the op's element count
   bool write;
 };
+
+// Rounds of the writes cut exactly like (owner, lo, n), sorted.
+using WriteRounds = std::map<std::tuple<int32_t, int64_t, int64_t>, std::vector<int32_t>>;
+
+// Whether a write cut like `a` lies in a round strictly between a's and b's
+// (a's round earlier): then the pair (a, b) is ordered through it.
+bool overwritten_between(const WriteRounds& writes, const WsAccess& a, int32_t later) {
+  if (a.round < 0 || later <= a.round + 1) return false;
+  auto it = writes.find({a.owner, a.lo, a.n});
+  if (it == writes.end()) return false;
+  auto r = std::upper_bound(it->second.begin(), it->second.end(), a.round);
+  return r != it->second.end() && *r < later;
+}
 
 void collect(const Plan& plan, std::vector<WsAccess>* out) {
   for (size_t i = 0; i < plan.ops.size(); ++i) {
@@ -28,7 +43,7 @@ void collect(const Plan& plan, std::vector<WsAccess>* out) {
     if ((op.code != OpCode::Copy && op.code != OpCode::Reduce) || op.n <= 0) continue;
     auto add = [&](const Ref& r, bool write) {
       if (r.buf == Buf::Workspace)
-        out->push_back(WsAccess{r.rank, plan.rank, static_cast<int32_t>(i), r.offset, op.n, write});
+        out->push_back(WsAccess{r.rank, plan.rank, static_cast<int32_t>(i), op.round, r.offset, op.n, write});
     };
     add(op.dst, true);
     for (int k = 0; k < op.src_count; ++k) add(plan.srcs[op.src_begin + k], false);
@@ -37,6 +52,10 @@ void collect(const Plan& plan, std::vector<WsAccess>* out) {
 
 // Marks unclean[rank][op] for both ops of every unmatched conflicting pair.
 void find_unclean(std::vector<WsAccess>& acc, std::vector<std::vector<bool>>* unclean) {
+  WriteRounds writes;
+  for (const WsAccess& a : acc)
+    if (a.write && a.round >= 0) writes[{a.owner, a.lo, a.n}].push_back(a.round);
+  for (auto& [key, rounds] : writes) std::sort(rounds.begin(), rounds.end());
   std::sort(acc.begin(), acc.end(), [](const WsAccess& a, const WsAccess& b) {
     return a.owner != b.owner ? a.owner < b.owner : a.lo < b.lo;
   });
@@ -50,6 +69,9 @@ void find_unclean(std::vector<WsAccess>& acc, std::vector<std::vector<bool>>* un
       if (x.rank == y.rank && x.op == y.op) continue;
       if (x.rank == y.rank && x.owner == x.rank) continue;  // local barriers order these
       if (x.lo == y.lo && x.n == y.n) continue;             // matched: worker b meets worker b
+      if (x.round >= 0 && y.round >= 0 &&                   // ordered through a write between them
+          (x.round < y.round ? overwritten_between(writes, x, y.round) : overwritten_between(writes, y, x.round)))
+        continue;
       (*unclean)[x.rank][x.op] = true;
       (*unclean)[y.rank][y.op] = true;
     }

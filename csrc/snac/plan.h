@@ -82,7 +82,11 @@
 //   across workers are ordered by the Atom's local barriers (device_plan.h
 //   NOTE [local barriers]) and are not pairs here. A peer's plan is derived
 //   with direct_local = false (its rank-invariant layout, staging every own
-//   piece: a superset of the Workspace accesses of either choice). Workers
+//   piece: a superset of the Workspace accesses of either choice). A pair
+//   of accesses in rounds i < k is not looked at when a write cut like the
+//   earlier access (same elements, same offset, same n) lies in a round
+//   between them: the slot protocol orders the three in round order, the
+//   earlier pair is matched and the later one is looked at itself. Workers
 //   then pipeline independently: worker b of one rank consumes round j
 //   while worker c of the peer still stages it. Rounds are cut to equal
 //   sizes (planner.cc round_cut) so that rounds j and j + 2 lay the same
@@ -122,6 +126,7 @@ struct Op {
   int32_t src_count = 0;
   const char* phase = "";    // for timeout messages (static strings)
   bool matched = false;      // Wait: NOTE [matched waits]
+  int32_t round = -1;        // the round that emitted it; -1: after the rounds (Release)
 };
 
 enum class ReduceAlgo : uint8_t { OneShot = 0, TwoShot = 1 };

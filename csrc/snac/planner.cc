@@ -360,7 +360,9 @@ class Planner {
     std::vector<Round> rounds;
     for (int j = 0; j < K; ++j) rounds.push_back(layout(j, K));
     for (int j = 0; j < K; ++j) {
+      const size_t first = plan.ops.size();
       emit_round(plan, rank, j, rounds[j], j >= 2 ? &rounds[j - 2] : nullptr, j + 2 < K ? &rounds[j + 2] : nullptr);
+      for (size_t i = first; i < plan.ops.size(); ++i) plan.ops[i].round = j;
       plan.workspace_elems = std::max(plan.workspace_elems, (j % 2) * opt_.slot_elems + rounds[j].used[rank]);
     }
     if (opt_.read_peer_inputs) {

@@ -74,12 +74,12 @@ int main() {
     const Counts off = count(snac::make_plan(snac::all_reduce(W, n, RedOp::Sum), 1, cuda_like(true, false, false)));
     expect(off.matched == 0 && off.catch_up == 0 && off.rounds <= ar.rounds,
            "all_reduce two-shot 256M" + w + " without match_waits: " + std::to_string(off.rounds) + " rounds, none matched");
-    // An odd size: the last round is shorter. Every op on its slot conflicts
-    // with it unmatched (the analysis pairs all rounds of a slot, not only
-    // neighbours), so those run after catch-ups; the other slot's stay matched.
+    // An odd size: the last round is shorter. The ops of rounds K - 3 and
+    // K - 1 (its slot's neighbour) meet unmatched and run after catch-ups;
+    // earlier rounds on that slot are ordered through round K - 3's writes.
     const int64_t odd = n + 12345;
     const Counts od = count(snac::make_plan(snac::all_reduce(W, odd, RedOp::Sum), 0, cuda_like(true, false, true)));
-    expect(od.catch_up > 0 && od.catch_up < od.waits / 2,
+    expect(od.catch_up > 0 && od.catch_up < od.waits / 4,
            "all_reduce two-shot 256M+12345" + w + ": " + std::to_string(od.catch_up) + " catch-ups of " +
                std::to_string(od.waits) + " waits");
   }
