@@ -539,12 +539,11 @@ def _worker(rank, world, init_file, log_path):
     # -- setup agreement: a setting one rank cannot use fails every rank at once (NOTE [setup agreement]) -------
     R.family = "setup_agreement"
 
-    def setup_agreement_case():
-        var = "TORCH_PURLIN_CUDA_LINE_FORMAT"
+    def setup_agreement_case(var, value):
         bad = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)  # CUDA setup on its first CUDA op, below
         saved = os.environ.get(var)
         if rank == W - 1:
-            os.environ[var] = "bogus"
+            os.environ[var] = value
         t = torch.ones(1000, device=dev)
         start = time.monotonic()
         try:
@@ -560,7 +559,7 @@ def _worker(rank, world, init_file, log_path):
                 os.environ[var] = saved
         took = time.monotonic() - start
         assert took < 10.0, f"a bad setting must fail every rank at once, not by the store timeout ({took:.1f} s)"
-        for pattern in (r"all_?reduce", rf"on rank {rank}\b", rf"rank {W - 1} could not set up", var, "bogus"):
+        for pattern in (r"all_?reduce", rf"on rank {rank}\b", rf"rank {W - 1} could not set up", var, re.escape(value)):
             assert re.search(pattern, first), (pattern, first)
         try:  # the group stays failed with the same reason and never waits again
             dist.all_reduce(t, group=bad)
@@ -573,7 +572,8 @@ def _worker(rank, world, init_file, log_path):
         dist.all_reduce(x, group=pg)  # other groups still work
         assert torch.all(x == W)
 
-    R.check("malformed setting on the last rank", setup_agreement_case)
+    R.check("malformed setting on the last rank", setup_agreement_case, "TORCH_PURLIN_CUDA_LINE_FORMAT", "bogus")
+    R.check("malformed PUSH list on the last rank", setup_agreement_case, "TORCH_PURLIN_CUDA_PUSH", "copies,bogus")
 
     # -- counters: every native op above ran natively ---------------------------------------------------
     R.family = "counters"
@@ -759,7 +759,8 @@ def _worker(rank, world, init_file, log_path):
         if op == "all_reduce":  # in place: zero-copy only as two-shot (NOTE [zero-copy in place])
             t = sym(n, dtype, xs[rank])
             dist.all_reduce(t, group=zc)
-            want_proto = "two-shot+zero-copy" if n * t.element_size() >= 8 << 20 else "one-shot"
+            # TORCH_PURLIN_CUDA_PUSH=all (default): two-shot pushes the reduced slices (NOTE [push])
+            want_proto = "two-shot+zero-copy+push-reduced" if n * t.element_size() >= 8 << 20 else "one-shot+push"
             assert torch_purlin.last_launch(zc)["protocol"] == want_proto, torch_purlin.last_launch(zc)
             if nccl is not None:
                 ref = xs[rank].to(dev)

@@ -371,9 +371,11 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   const snac::Spec spec = build_spec(rq, all);
   int64_t spec_bytes = 0;  // rank-invariant: every rank picks the same blocks and staging
   for (const auto& ch : spec.chunks) spec_bytes += ch.numel() * esize;
-  // NOTE [push]: measured on 2x H200 (benchmarks/results/cuda_h200x2_20261130b_push.md),
-  // pushing is 3-9% faster for copies at every size; for reductions it is
-  // mixed (one-shot small slower, reduce_scatter >= 256 MB slower).
+  // NOTE [push]: measured on 2x H200, pushing is 3-9% faster for copies at
+  // every size (cuda_h200x2_20261130b_push.md); for reductions it was mixed
+  // before matched waits, and with them 1.14-1.34x faster at 1G
+  // (cuda_h200x2_20261201q_large.md; small reductions run on lines and
+  // parity plans, which push anyway). TORCH_PURLIN_CUDA_PUSH=all by default.
   opt.push = !zero_copy && (spec.kind == snac::OpKind::Copy ? push_copies_ : push_reductions_);
   auto c = std::make_unique<CachedPlan>();
   // NOTE [line plans]: a one-round push plan of a spec with contiguous
@@ -449,9 +451,10 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   c->reduces = spec.kind == snac::OpKind::Reduce;
   // The options every rank must share are part of the signature (NOTE [call tags]).
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
-           (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (opt.push_reduced ? 0x80000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0) ^
+           (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0) ^
            (c->parity ? 0x10000000000ull : 0) ^ (c->wide ? 0x20000000000ull : 0) ^
-           (match_waits_ && !c->lines ? 0x40000000000ull : 0);  // matched plans may cut other rounds
+           (match_waits_ && !c->lines ? 0x40000000000ull : 0) ^  // matched plans may cut other rounds
+           (opt.push_reduced ? 0x80000000000ull : 0);
   c->protocol = std::string(c->reduces ? (two ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
                 (c->wide ? "+wide-lines" : c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "") +
                 (opt.push_reduced ? "+push-reduced" : "");

@@ -126,7 +126,7 @@ class CudaGroup {
   uint16_t last_name_id_ = 0;
   std::string broken_;
   int64_t two_shot_bytes_ = 0;
-  bool push_copies_ = true, push_reductions_ = false, push_reduced_ = false;  // TORCH_PURLIN_CUDA_PUSH (NOTE [push])
+  bool push_copies_ = true, push_reductions_ = true, push_reduced_ = true;  // TORCH_PURLIN_CUDA_PUSH (NOTE [push])
   bool match_waits_ = true;  // NOTE [matched waits] (snac/plan.h)
   bool debug_ = false;
   bool overlap_ = false;  // NOTE [overlapped launch]: TORCH_PURLIN_CUDA_PDL on an sm_90+ GPU

@@ -21,9 +21,11 @@ namespace purlin::backend {
 // any fallback. Ops whose ranks legitimately pass different sizes (gather,
 // scatter, all_to_all with split sizes) never consult it, so the decision is
 // the same on every rank; the value itself is agreed at group setup (rank 0's
-// wins). The defaults come from benchmarks/results/cuda_h200x2_20261130c.md
-// (2x H200; broadcast from cuda_h200x2_20261130f_probes.md) and apply to
-// every world size until measured on more GPUs.
+// wins). The defaults come from benchmarks/results/cuda_h200x2_20261201q_large.md
+// (2x H200, session 13: with NOTE [matched waits] all_gather and, pushing,
+// reduce_scatter beat NCCL to 1G, all_to_all to 256M; broadcast from 64M ties
+// and keeps NCCL's few SMs; all_reduce from 32M stays 0.86-0.95x) and apply
+// to every world size until measured on more GPUs.
 class NcclTable {
  public:
   // Parses "family=bytes,..." ("" or "none": no rows); throws std::invalid_argument.

@@ -51,12 +51,13 @@ const std::vector<Var>& registry() {
        "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "
        "2x H200 it is 0.6-0.9x the SM kernel (docs/PERFORMANCE.md), so it is worth it only to keep SMs for "
        "overlapped compute."},
-      {"TORCH_PURLIN_CUDA_PUSH", "copies",
+      {"TORCH_PURLIN_CUDA_PUSH", "all",
        "Which CUDA collectives write into their readers' workspaces instead of their own (NOTE [push] in "
-       "csrc/snac/plan.h), a comma list: copies (copy collectives stage by pushing; default: measured faster for "
-       "copies at every size), reductions (reductions stage by pushing), reduced (two-shot all_reduce pushes the "
-       "reduced slices to the other ranks instead of their pulling them), all, or none. Every rank must use the "
-       "same value (a mismatch is reported as a call-tag error)."},
+       "csrc/snac/plan.h), a comma list: copies (copy collectives stage by pushing), reductions (reductions stage "
+       "by pushing), reduced (two-shot all_reduce pushes the reduced slices to the other ranks instead of their "
+       "pulling them), all (default: on 2x H200 every measured size was as fast or faster, all_reduce 1G 1.15x, "
+       "reduce_scatter 1G 1.14-1.34x over copies only), or none. Every rank must use the same value (a mismatch is "
+       "reported as a call-tag error)."},
       {"TORCH_PURLIN_CUDA_MATCHED_WAITS", "1",
        "1: in CUDA collectives run by the plan kernel, a block waits only for the peer's block of the same index "
        "wherever SNAC shows that block alone wrote (or read) what it touches next (NOTE [matched waits] in "
@@ -70,7 +71,7 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_POOL_BYTES", "4G",
        "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
        "every peer maps; collectives read inputs from it in place). Allocated on first use."},
-      {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_to_all=64M,broadcast=64M,all_gather=256M,reduce_scatter=256M",
+      {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_to_all=1G,broadcast=64M",
        "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h): family=bytes items; a "
        "CUDA collective of that family (all_reduce also names all_reduce_coalesced, all_gather names "
        "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "

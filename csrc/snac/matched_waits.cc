@@ -1,7 +1,7 @@
 // matched_waits.cc — which Waits a worker may make on its own slot (NOTE
 // [matched waits] in plan.h): the Workspace accesses of every rank's plan,
-// their conflicting pairs, and the catch-up Waits before a rank's first
-// unclean op.
+// their conflicting pairs, and the catch-up Waits before each of a rank's
+// unclean ops.
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -109,6 +109,7 @@ int mark_matched_waits(std::vector<Plan>* plans, int rank) {
         w.flag = static_cast<Flag>(key.second);
         w.value = values.first;
         w.phase = "catch up: wait for every worker of the peer (NOTE [matched waits])";
+        w.round = op.round;
         ops.push_back(w);
         values.second = values.first;
       }
