@@ -407,12 +407,9 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   // NOTE [matched waits] (snac/plan.h): plan-kernel plans (parity and
   // workspace plans) let a block wait for its own slot where SNAC shows that
   // suffices; line plans have no waits, the copy-engine plan no blocks.
-  if (region && !c->lines && lbytes <= ws_->parity_max_bytes()) {
-    snac::PlanOptions parity_opt = opt;
-    parity_opt.match_waits = match_waits_;
-    c->parity = one_round_push_plan(spec, rank_, ws_->parity_slot_elems(esize), &parity_opt, &plan);
-    if (c->parity) opt = parity_opt;
-  }
+  opt.match_waits = match_waits_ && !c->lines;
+  if (region && !c->lines && lbytes <= ws_->parity_max_bytes())
+    c->parity = one_round_push_plan(spec, rank_, ws_->parity_slot_elems(esize), &opt, &plan);
   // Otherwise (also when a region was asked for but the plan does not
   // qualify) the workspace plan: a region request's cache entry serves the
   // call as it is.
@@ -420,9 +417,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   if (!c->lines && !c->parity) {
     opt.reduce_algo = two ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
     opt.push_reduced = two && push_reduced_;  // zero-copy plans too: the scratch is workspace either way
-    snac::PlanOptions matched = opt;
-    matched.match_waits = match_waits_;
-    plan = snac::make_plan(spec, rank_, matched);
+    plan = snac::make_plan(spec, rank_, opt);
   }
   c->spec_bytes = spec_bytes;
   const cu::LaunchConfig& config = ws_->launch_config();
@@ -443,6 +438,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
     // its waits do not flush remote data writes, and pull plans make none).
     snac::PlanOptions pull = opt;
     pull.push = false;
+    pull.match_waits = false;
     c->snac_plan = opt.push ? snac::make_plan(spec, rank_, pull) : plan;
   }
   c->plan = cu::lower_plan(plan, c->blocks, esize, alias, shift,
@@ -453,7 +449,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   c->sig = spec_hash(spec) ^ (static_cast<uint64_t>(rq.dtype) << 56) ^ (zero_copy ? 0x5a5a5a5a00000000ull : 0) ^
            (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0) ^
            (c->parity ? 0x10000000000ull : 0) ^ (c->wide ? 0x20000000000ull : 0) ^
-           (match_waits_ && !c->lines ? 0x40000000000ull : 0) ^  // matched plans may cut other rounds
+           (opt.match_waits ? 0x40000000000ull : 0) ^  // matched plans may cut other rounds
            (opt.push_reduced ? 0x80000000000ull : 0);
   c->protocol = std::string(c->reduces ? (two ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
                 (c->wide ? "+wide-lines" : c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "") +

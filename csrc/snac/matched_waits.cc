@@ -80,7 +80,7 @@ void find_unclean(std::vector<WsAccess>& acc, std::vector<std::vector<bool>>* un
 
 }  // namespace
 
-int mark_matched_waits(std::vector<Plan>* plans, int rank) {
+void mark_matched_waits(std::vector<Plan>* plans, int rank) {
   std::vector<WsAccess> acc;
   std::vector<std::vector<bool>> unclean(plans->size());
   for (const Plan& p : *plans) {
@@ -95,7 +95,6 @@ int mark_matched_waits(std::vector<Plan>* plans, int rank) {
   // (peer, flag) -> highest value waited for so far, and the value the last
   // catch-up waited for on every slot.
   std::map<std::pair<int, int>, std::pair<uint64_t, uint64_t>> waited;
-  int marked = 0;
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     Op op = plan.ops[i];
     if (unclean[rank][i]) {
@@ -116,14 +115,12 @@ int mark_matched_waits(std::vector<Plan>* plans, int rank) {
     }
     if (op.code == OpCode::Wait) {
       op.matched = true;
-      ++marked;
       uint64_t& v = waited[{op.peer, static_cast<int>(op.flag)}].first;
       v = std::max(v, op.value);
     }
     ops.push_back(op);
   }
   plan.ops = std::move(ops);
-  return marked;
 }
 
 }  // namespace purlin::snac

@@ -164,7 +164,7 @@ Plan make_plan(const Spec& spec, int rank, const PlanOptions& opt);
 
 // NOTE [matched waits]: marks plans[rank]'s Waits matched and inserts its
 // catch-up Waits before its unclean ops, given every rank's plan of the same
-// Spec (plans[q].rank == q). Returns the number of Waits marked.
-int mark_matched_waits(std::vector<Plan>* plans, int rank);
+// Spec (plans[q].rank == q).
+void mark_matched_waits(std::vector<Plan>* plans, int rank);
 
 }  // namespace purlin::snac
