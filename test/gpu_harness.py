@@ -132,6 +132,14 @@ class Runner:
                                    "s": round(time.time() - t0, 4)}) + "\n")
         self.out.flush()
 
+    def check_after_all(self, name, fn, *args):
+        """A case that checks what every earlier family did (e.g. the counters of every op they ran):
+        skipped when PURLIN_GPU_FAMILIES left out one of them, since it would count their absence."""
+        if self.left_out and (not self.only or self.family in self.only):
+            self.skip("checks every earlier family; PURLIN_GPU_FAMILIES left out " + ",".join(sorted(self.left_out)))
+            return
+        self.check(name, fn, *args)
+
     def skip(self, reason):
         """Records that the current family does not run here, and why (pytest reports it as skipped)."""
         self.out.write(json.dumps({"family": self.family, "case": "skipped", "rank": self.rank, "error": None,

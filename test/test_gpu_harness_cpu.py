@@ -4,7 +4,8 @@ The GPU files can only run on the device; this checks here that the harness
 collects every rank's case lines, reports a failing case with its rank and
 traceback, notices a rank that ran fewer cases, reports a family every rank
 skipped as skipped (and one skipped by some ranks only as a failure), runs
-only the families PURLIN_GPU_FAMILIES names, and flags a worker's exit code.
+only the families PURLIN_GPU_FAMILIES names (skipping a case over every earlier family
+when it leaves one out), and flags a worker's exit code.
 """
 import pytest
 
@@ -32,6 +33,8 @@ def _fake_worker(rank, world, init_file, log_path):
         R.skip("needs NCCL")
     else:
         R.check("runs", lambda: None)
+    R.family = "after_all"
+    R.check_after_all("counts every family", lambda: None)
     R.out.close()
     raise SystemExit(3 if rank == 1 else 0)
 
@@ -43,6 +46,7 @@ def suite(tmp_path_factory):
 
 def test_passing_family(suite):
     check_family(suite, "good")
+    check_family(suite, "after_all")  # nothing left out: it runs
 
 
 def test_failing_case_names_rank_and_error(suite):
@@ -63,9 +67,12 @@ def test_skipped_family(suite):
 
 
 def test_families_filter(tmp_path, monkeypatch):
-    monkeypatch.setenv("PURLIN_GPU_FAMILIES", "good,skipped")
+    monkeypatch.setenv("PURLIN_GPU_FAMILIES", "good,skipped,after_all")
     only = run_suite("fake_only", _fake_worker, 2, 60, tmp_path)
     check_family(only, "good")
+    # a case over every earlier family skips when the filter left one out, rather than count its absence
+    with pytest.raises(pytest.skip.Exception, match="PURLIN_GPU_FAMILIES left out bad,"):
+        check_family(only, "after_all")
     for family in ("bad", "short"):  # left out: reported as skipped, their failures never ran
         with pytest.raises(pytest.skip.Exception, match="not in PURLIN_GPU_FAMILIES"):
             check_family(only, family)
