@@ -39,3 +39,37 @@ def test_bad_items_name_the_variable(bad):
 
 def test_readme_lists_the_table():
     assert "TORCH_PURLIN_CUDA_NCCL_FROM" in env_table.table()
+
+
+def test_world_rows_replace_the_family_row_in_their_world_only():
+    t = "all_reduce=32M,all_reduce@2=512M,broadcast@4=1M"
+    assert _C.nccl_table_from(t, "all_reduce", 2) == 512 << 20
+    assert _C.nccl_table_from(t, "all_reduce_coalesced", 2) == 512 << 20
+    for w in (1, 3, 4, 8):
+        assert _C.nccl_table_from(t, "all_reduce", w) == 32 << 20, w
+    assert _C.nccl_table_from(t, "broadcast", 4) == 1 << 20
+    assert _C.nccl_table_from(t, "broadcast", 2) == 0  # no plain row: native elsewhere
+    # the order of the items does not matter: the world's row wins either way
+    assert _C.nccl_table_from("all_reduce@2=1K,all_reduce=2K", "all_reduce", 2) == 1024
+
+
+@pytest.mark.parametrize("bad", ["all_reduce@=4M", "all_reduce@x=4M", "all_reduce@0=4M", "@2=4M", "all_reduce@2"])
+def test_bad_world_rows_name_the_variable(bad):
+    with pytest.raises(ValueError, match="TORCH_PURLIN_CUDA_NCCL_FROM"):
+        _C.nccl_table_from(bad, "all_reduce", 2)
+
+
+def test_two_shot_threshold_per_world():
+    default = next(d for name, d, _ in _C.env_vars() if name == "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES")
+    assert _C.bytes_for_world(default, 8) == 8 << 20
+    assert _C.bytes_for_world("8M,@2=1G", 2) == 1 << 30
+    assert _C.bytes_for_world("@2=1G, 8M", 2) == 1 << 30
+    for w in (3, 4, 8):
+        assert _C.bytes_for_world("8M,@2=1G", w) == 8 << 20
+    assert _C.bytes_for_world("256K", 2) == 256 << 10
+
+
+@pytest.mark.parametrize("bad", ["", "@2=1G", "8M,@2", "8M,x@2=1G", "8M,@two=1G", "8M,@2=1Q", "lots"])
+def test_bad_two_shot_lists_name_the_variable(bad):
+    with pytest.raises(ValueError, match="TORCH_PURLIN_CUDA_TWO_SHOT_BYTES"):
+        _C.bytes_for_world(bad, 2)

@@ -148,10 +148,14 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
 
-  // NOTE [protocol table]: bytes from which `op` runs on NCCL under `table` (0: never).
-  m.def("nccl_table_from", [](const std::string& table, const std::string& op) {
-    return backend::NcclTable::parse(table).from(op);
-  });
+  // NOTE [protocol table]: bytes from which `op` runs on NCCL under `table` in
+  // a group of `world` ranks (0: never), and a per-world byte list's value.
+  m.def("nccl_table_from", [](const std::string& table, const std::string& op, int world) {
+    return backend::NcclTable::parse(table, world).from(op);
+  }, py::arg("table"), py::arg("op"), py::arg("world") = 2);
+  m.def("bytes_for_world", [](const std::string& text, int world, const std::string& var) {
+    return backend::bytes_for_world(text, world, var.c_str());
+  }, py::arg("text"), py::arg("world"), py::arg("var") = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
 
   py::class_<backend::PurlinBackend, c10d::Backend, c10::intrusive_ptr<backend::PurlinBackend>>(m, "PurlinBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -83,7 +83,8 @@ std::string CudaGroup::read_error(const cu::SymmetricWorkspace& ws, std::chrono:
 // std::invalid_argument naming a malformed one (the constructor turns that
 // into this rank's reply to the setup agreement).
 void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table) {
-  two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
+  constexpr const char* kTwoShot = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES";  // NOTE [protocol table]
+  two_shot_bytes_ = bytes_for_world(env::get(kTwoShot), world_, kTwoShot);
   match_waits_ = env::get_bool("TORCH_PURLIN_CUDA_MATCHED_WAITS");
   const std::string push = env::get("TORCH_PURLIN_CUDA_PUSH");
   push_copies_ = push_reductions_ = push_reduced_ = false;
@@ -123,7 +124,7 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
   opt.share_gpu = env::get_bool("TORCH_PURLIN_CUDA_SHARE_GPU");
   ce_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
   nccl_table = env::get("TORCH_PURLIN_CUDA_NCCL_FROM");
-  NcclTable::parse(nccl_table);  // a typo fails where it was made (NOTE [protocol table])
+  NcclTable::parse(nccl_table, world_);  // a typo fails where it was made (NOTE [protocol table])
 }
 
 CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
@@ -177,7 +178,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   // NOTE [protocol table]: every rank routes by rank 0's table (a rank's
   // own value is still checked, so a typo fails where it was made).
   const std::vector<std::string> tables = exchange_("nccl-table", table_mine);
-  nccl_table_ = NcclTable::parse(tables[0]);
+  nccl_table_ = NcclTable::parse(tables[0], world_);
   if (tables[rank_] != tables[0])
     std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_NCCL_FROM differs from rank 0's; using rank 0's '%s'\n",
                  rank_, tables[0].c_str());

@@ -1,6 +1,7 @@
-// protocol_table.h — the NCCL rows of Purlin's protocol table: from which
-// size a collective family runs on NCCL (TORCH_PURLIN_CUDA_NCCL_FROM). Free of
-// torch headers.
+// protocol_table.h — the size rows of Purlin's protocol table that depend on
+// the world size: from which size a collective family runs on NCCL
+// (TORCH_PURLIN_CUDA_NCCL_FROM) and from which size all_reduce runs two-shot
+// (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES). Free of torch headers.
 #pragma once
 
 #include <cstdint>
@@ -10,31 +11,43 @@
 namespace purlin::backend {
 
 // NOTE [protocol table] Purlin picks a protocol per collective, size and
-// world size: flagged lines, one-shot or two-shot workspace plans (CudaGroup,
-// launch_config*.cu) and, where NCCL measured faster and nothing of Purlin's
-// does better yet, NCCL itself. Those NCCL rows are this table, read from
-// TORCH_PURLIN_CUDA_NCCL_FROM as family=bytes items: a CUDA collective whose
-// name is the family or starts with family + "_" (the longest family wins:
-// reduce_scatter_tensor is reduce_scatter's, not reduce's) and whose larger
-// side (the rank's inputs or its outputs, all tensors summed) holds at least
-// that many bytes runs on the NCCL fallback, counted and logged once like
-// any fallback. Ops whose ranks legitimately pass different sizes (gather,
-// scatter, all_to_all with split sizes) never consult it, so the decision is
-// the same on every rank; the value itself is agreed at group setup (rank 0's
-// wins). The defaults come from benchmarks/results/cuda_h200x2_20261201q_large.md
-// (2x H200, session 13: with NOTE [matched waits] all_gather and, pushing,
-// reduce_scatter beat NCCL to 1G, all_to_all to 256M; broadcast from 64M ties
-// and keeps NCCL's few SMs; all_reduce from 32M stays 0.86-0.95x) and apply
-// to every world size until measured on more GPUs.
+// world size: flagged lines, parity plans, one-shot or two-shot workspace
+// plans (CudaGroup, launch_config*.cu) and, where NCCL measured faster and
+// nothing of Purlin's does better yet, NCCL itself. The rows that move with
+// the world size are read from two variables whose items may name a world:
+// - TORCH_PURLIN_CUDA_NCCL_FROM, family=bytes or family@W=bytes items: a CUDA
+//   collective whose name is the family or starts with family + "_" (the
+//   longest family wins: reduce_scatter_tensor is reduce_scatter's, not
+//   reduce's) and whose larger side (the rank's inputs or its outputs, all
+//   tensors summed) holds at least that many bytes runs on the NCCL
+//   fallback, counted and logged once like any fallback. A family@W row
+//   replaces the family's row in groups of W ranks.
+// - TORCH_PURLIN_CUDA_TWO_SHOT_BYTES, bytes or @W=bytes items: all_reduce of
+//   at least that many bytes runs two-shot; an @W item replaces the plain one
+//   in groups of W ranks. At W = 2 one-shot and two-shot move the same bytes
+//   over the links (each rank sends its whole tensor), at W > 2 one-shot
+//   sends W-1 times as many.
+// Ops whose ranks legitimately pass different sizes (gather, scatter,
+// all_to_all with split sizes) never consult the NCCL rows, so the decision
+// is the same on every rank; the NCCL rows are agreed at group setup (rank
+// 0's win), the two-shot threshold is in the call signature. The defaults
+// come from benchmarks/results (2x H200; see the variables' meaning in
+// csrc/common/env.cc) and apply to every world size not named until measured
+// on more GPUs.
 class NcclTable {
  public:
-  // Parses "family=bytes,..." ("" or "none": no rows); throws std::invalid_argument.
-  static NcclTable parse(const std::string& text);
+  // Parses "family[@W]=bytes,..." ("" or "none": no rows) and keeps the rows
+  // of a group of `world` ranks; throws std::invalid_argument.
+  static NcclTable parse(const std::string& text, int world);
   // Bytes from which `op` runs on NCCL; 0: never.
   int64_t from(const std::string& op) const;
 
  private:
   std::map<std::string, int64_t> rows_;
 };
+
+// The value of a "bytes[,@W=bytes...]" list for a group of `world` ranks
+// (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES); `var` names the variable in errors.
+int64_t bytes_for_world(const std::string& text, int world, const char* var);
 
 }  // namespace purlin::backend

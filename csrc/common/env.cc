@@ -20,7 +20,9 @@ const std::vector<Var>& registry() {
        "CUDA-IPC workspace per rank and group for CUDA tensors (two pipelining slots; at least 64K; the group uses "
        "the smallest value any rank asks for). Larger tensors are pipelined in rounds."},
       {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M",
-       "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes."},
+       "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a "
+       "byte count, optionally followed by @W=bytes items for groups of W ranks (e.g. 8M,@2=1G; NOTE [protocol "
+       "table] in csrc/backend/protocol_table.h)."},
       {"TORCH_PURLIN_CUDA_LINE_BYTES", "1M",
        "CUDA collectives of at most this many bytes per rank run on flagged lines (NOTE [flagged lines] in "
        "csrc/atom/cuda/flagged_line.cuh): data and notification in one NVLink store, no flag round trip. "
@@ -72,7 +74,8 @@ const std::vector<Var>& registry() {
        "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
        "every peer maps; collectives read inputs from it in place). Allocated on first use."},
       {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_to_all=1G,broadcast=64M",
-       "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h): family=bytes items; a "
+       "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h): family=bytes items "
+       "(family@W=bytes: a row for groups of W ranks only, replacing the family's row there); a "
        "CUDA collective of that family (all_reduce also names all_reduce_coalesced, all_gather names "
        "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "
        "that many bytes goes to NCCL, which measured faster there on 2x H200 (benchmarks/results). 'none' "
