@@ -86,19 +86,18 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
   constexpr const char* kTwoShot = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES";  // NOTE [protocol table]
   two_shot_bytes_ = bytes_for_world(env::get(kTwoShot), world_, kTwoShot);
   match_waits_ = env::get_bool("TORCH_PURLIN_CUDA_MATCHED_WAITS");
-  const std::string push = env::get("TORCH_PURLIN_CUDA_PUSH");
   push_copies_ = push_reductions_ = push_reduced_ = false;
-  for (size_t at = 0; at <= push.size();) {  // a comma list (NOTE [push])
-    const size_t end = std::min(push.find(',', at), push.size());
-    const std::string item = push.substr(at, end - at);
+  const std::vector<std::string> push = env::get_list("TORCH_PURLIN_CUDA_PUSH");  // NOTE [push]
+  for (const std::string& item : push) {
     if (item == "copies" || item == "all") push_copies_ = true;
     if (item == "reductions" || item == "all") push_reductions_ = true;
     if (item == "reduced" || item == "all") push_reduced_ = true;
     if (item != "copies" && item != "reductions" && item != "reduced" && item != "all" && item != "none")
       throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: expected a comma list of copies, reductions, reduced, all "
-                                  "or none, got '" + push + "'");
-    at = end + 1;
+                                  "or none, got '" + env::get("TORCH_PURLIN_CUDA_PUSH") + "'");
   }
+  if (push.empty())
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: empty (none turns pushing off)");
   debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
   int major = 0;  // NOTE [overlapped launch]: programmatic dependent launch needs sm_90+
   overlap_ = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess && major >= 9 &&

@@ -287,13 +287,13 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
     switch (op.code) {
       case kWait:
         if (parity && op.flag == kConsumed) break;  // one round (NOTE [parity plans])
-        if (op.own_slot) {  // NOTE [matched waits] (snac/plan.h): the peer's block b wrote what block b reads
-          if (!wait_all<true>(p.pad + L.flag(op.flag, op.peer, b), 1, base + op.value, site, op.peer, op.flag, op.phase,
-                              1, -1, b))
+        {
+          // NOTE [matched waits] (snac/plan.h): an own-slot wait polls only the peer's block b, which alone
+          // wrote (or read) what block b touches next; any other wait polls all G blocks' slots.
+          const int first = op.own_slot ? b : 0;
+          if (!wait_all<true>(p.pad + L.flag(op.flag, op.peer, first), op.own_slot ? 1 : G, base + op.value, site,
+                              op.peer, op.flag, op.phase, 1, -1, first))
             return;
-        } else if (!wait_all<true>(p.pad + L.flag(op.flag, op.peer, 0), G, base + op.value, site, op.peer, op.flag,
-                                   op.phase)) {
-          return;
         }
         if (op.check_tag) {
           bool bad = false;
