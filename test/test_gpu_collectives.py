@@ -622,7 +622,9 @@ def _worker(rank, world, init_file, log_path):
 
     # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h) -----------------
     R.family = "protocol_table"
-    tb = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_NCCL_FROM="all_reduce=64K,all_gather=64K,all_to_all=64K")
+    # all_reduce's row for this world replaces its plain one; a row for another world never applies.
+    tb = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_NCCL_FROM=f"all_reduce=1G,all_reduce@{W}=64K,all_gather=64K,"
+                      f"all_gather@{W + 1}=1K,all_to_all=64K")
 
     def table_first_nccl_in_capture():
         big = torch.empty(65536, device=dev)  # 256 KB: the table sends it to NCCL, which has not run yet
@@ -742,10 +744,27 @@ def _worker(rank, world, init_file, log_path):
     if not shared:
         R.check("NCCL-routed and native ops in one CUDA graph", table_graph)
 
+    # The two-shot threshold's item for this world replaces the plain one; another world's never applies.
+    ts = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_TWO_SHOT_BYTES=f"1M,@{W}=4M,@{W + 1}=2K",
+                      TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+
+    def two_shot_per_world():
+        for n, want in ((300_001, "one-shot"), (1_100_001, "two-shot"), (4099, "one-shot")):  # float32: 4M = 1M elems
+            xs = inputs(n, torch.float32, "sum")
+            t = xs[rank].to(dev)
+            dist.all_reduce(t, group=ts)
+            proto = torch_purlin.last_launch(ts)["protocol"]
+            assert proto.startswith(want), f"all_reduce n={n}: protocol {proto}, want {want} (two-shot from 4M at W={W})"
+            assert_reduced(t, xs, "sum", f"all_reduce n={n} under a per-world two-shot threshold")
+
+    R.check("two-shot threshold per world size", two_shot_per_world)
+
     # -- zero-copy: inputs from the symmetric pool are read in place (NOTE [zero-copy]) ----------------------
     R.family = "zero_copy"
     # Small and mid sizes too (else flagged lines and parity plans serve them).
-    zc = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+    # Two-shot from 8M at every world size (the default may keep W = 2 one-shot longer: NOTE [protocol table]).
+    zc = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0",
+                      TORCH_PURLIN_CUDA_TWO_SHOT_BYTES="8M")
     two_shot_n = 8 * 1024 * 1024 // 2 + 4099  # bf16 elements above TORCH_PURLIN_CUDA_TWO_SHOT_BYTES (8M)
 
     def sym(n, dtype, values=None):
@@ -860,7 +879,8 @@ def _worker(rank, world, init_file, log_path):
     # A 1M workspace: many rounds, slot reuse in the readers' workspaces; no lines or parity plans: push plans
     # at every size.
     pu = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_PUSH="all", TORCH_PURLIN_CUDA_WORKSPACE_BYTES="1M",
-                      TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+                      TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0",
+                      TORCH_PURLIN_CUDA_TWO_SHOT_BYTES="8M")
 
     def push_case(op, n, dtype):
         xs = inputs(W * n, dtype, "sum")
@@ -896,7 +916,8 @@ def _worker(rank, world, init_file, log_path):
     # Reduced slices pushed to the other ranks (two-shot phase 1, PUSH=reduced), in many rounds, from an
     # ordinary tensor and from a pool tensor (zero-copy phase 0).
     pr = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_PUSH="reduced", TORCH_PURLIN_CUDA_WORKSPACE_BYTES="1M",
-                      TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+                      TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0",
+                      TORCH_PURLIN_CUDA_TWO_SHOT_BYTES="8M")
 
     def push_reduced_case(n, dtype, pool):
         xs = inputs(n, dtype, "sum")

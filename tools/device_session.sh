@@ -6,7 +6,8 @@
 #   bench     benchmarks, purlin vs NCCL (and symm-mem), eager and graph  (BENCH_ARGS to override)
 #   sweep     all_reduce / all_gather at fixed block counts (tuning of launch_config*.cu)
 #   nolines   purlin alone, 1K-4M, with flagged lines off (TORCH_PURLIN_CUDA_LINE_BYTES=0), to compare
-#   knobs     purlin alone, 64M-1G graph mode, under other workspace sizes and push modes (KNOBS, KNOB_ARGS to override)
+#   knobs     purlin alone, 64M-1G graph mode, under other workspace sizes and push modes (KNOBS, KNOB_ARGS,
+#             KNOB_IMPLS to override; KNOB_IMPLS=purlin,purlin-sym,nccl puts the others beside each knob)
 #   host      host time per eager call, purlin vs NCCL (benchmarks/host_overhead.py; + nsys CUDA API summary)
 #   floor     benchmarks/probes/nvlink_floor.cu: per-kernel cost of empty / ping / 1 KB line kernels in a graph
 #   smoke     test/gpu/smoke.py (20 s) before the suite; a failure skips the suite
@@ -122,7 +123,7 @@ if has knobs; then
       TORCH_PURLIN_CUDA_WORKSPACE_BYTES=256M,TORCH_PURLIN_CUDA_PUSH=all}; do
     env $( [ "$knob" = default ] || echo "${knob//,/ }" ) timeout 90 torchrun --nproc-per-node=$NPROC -m torch_purlin.bench \
       --device cuda ${KNOB_ARGS:---ops all_reduce,all_gather,reduce_scatter,all_to_all -b 64M -e 1G -f 4 --mode graph} \
-      --impls purlin --time-cap 0.15 >"$LOGS/knob_${knob//[=,]/_}.md" 2>&1
+      --impls "${KNOB_IMPLS:-purlin}" --time-cap 0.15 >"$LOGS/knob_${knob//[=,]/_}.md" 2>&1
     say "knob $knob exit $?"
     awk '/^## /{op=$2" "$3} /^ +[0-9]+ /{print "  " op, $1, $5}' "$LOGS/knob_${knob//[=,]/_}.md" >>"$S"
   done

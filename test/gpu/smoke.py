@@ -81,7 +81,7 @@ def main(rank, world, init):
     zout = torch.zeros(world * n, device=dev)
     dist.all_gather_into_tensor(zout, zs, group=pg)
     check(f"zero-copy all_gather ({torch_purlin.last_launch(pg)['protocol']})", torch.equal(zout, ref))
-    zb = torch_purlin.empty(5 << 20, device=dev, group=pg)  # 20 MB: two-shot, read in place
+    zb = torch_purlin.empty(5 << 20, device=dev, group=pg)  # 20 MB: a workspace plan (protocol printed)
     zb.fill_(rank + 1.0)
     dist.all_reduce(zb, group=pg)
     check(f"zero-copy all_reduce ({torch_purlin.last_launch(pg)['protocol']})", bool(torch.all(zb == ranks_sum)))
