@@ -12,8 +12,11 @@ def default_table():
 
 def test_default_rows_cover_each_op_of_a_family():
     t = default_table()
-    assert _C.nccl_table_from(t, "all_reduce") == 32 << 20
-    assert _C.nccl_table_from(t, "all_reduce_coalesced") == 32 << 20
+    for w in (3, 4, 8):
+        assert _C.nccl_table_from(t, "all_reduce", w) == 32 << 20
+        assert _C.nccl_table_from(t, "all_reduce_coalesced", w) == 32 << 20
+    # W = 2: one-shot all_reduce (pushed) beat NCCL at 64M-256M (NOTE [protocol table])
+    assert _C.nccl_table_from(t, "all_reduce", 2) == 256 << 20
     assert _C.nccl_table_from(t, "all_to_all_single") == 1 << 30
     assert _C.nccl_table_from(t, "broadcast") == 64 << 20
     # Native at every size since NOTE [matched waits] (cuda_h200x2_20261201q_large.md).
@@ -61,7 +64,9 @@ def test_bad_world_rows_name_the_variable(bad):
 
 def test_two_shot_threshold_per_world():
     default = next(d for name, d, _ in _C.env_vars() if name == "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES")
-    assert _C.bytes_for_world(default, 8) == 8 << 20
+    for w in (1, 3, 4, 8):
+        assert _C.bytes_for_world(default, w) == 8 << 20
+    assert _C.bytes_for_world(default, 2) == 4 << 30
     assert _C.bytes_for_world("8M,@2=1G", 2) == 1 << 30
     assert _C.bytes_for_world("@2=1G, 8M", 2) == 1 << 30
     for w in (3, 4, 8):

@@ -67,7 +67,9 @@ int64_t bytes_for_world(const std::string& text, int world, const char* var) {
     const int64_t bytes = env::parse_bytes(item.substr(eq + 1), var);
     if (w == world) named = bytes;
   }
-  if (plain < 0) throw std::invalid_argument(std::string(var) + ": needs a plain bytes item (every other world size), got '" + text + "'");
+  if (plain < 0)
+    throw std::invalid_argument(std::string(var) + ": needs a plain bytes item (every other world size), got '" + text +
+                                "'");
   return named >= 0 ? named : plain;
 }
 

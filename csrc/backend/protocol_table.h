@@ -31,9 +31,12 @@ namespace purlin::backend {
 // all_to_all with split sizes) never consult the NCCL rows, so the decision
 // is the same on every rank; the NCCL rows are agreed at group setup (rank
 // 0's win), the two-shot threshold is in the call signature. The defaults
-// come from benchmarks/results (2x H200; see the variables' meaning in
-// csrc/common/env.cc) and apply to every world size not named until measured
-// on more GPUs.
+// come from benchmarks/results on 2x H200 (cuda_h200x2_20261201q_large.md:
+// with matched waits all_gather and, pushing, reduce_scatter beat NCCL to 1G,
+// all_to_all to 256M; broadcast from 64M ties and keeps NCCL's few SMs;
+// all_reduce one-shot pushed beats NCCL at 64M-256M at W = 2, hence
+// all_reduce@2 and two-shot never at W = 2) and apply to every world size not
+// named until measured on more GPUs.
 class NcclTable {
  public:
   // Parses "family[@W]=bytes,..." ("" or "none": no rows) and keeps the rows

@@ -19,10 +19,12 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_WORKSPACE_BYTES", "64M",
        "CUDA-IPC workspace per rank and group for CUDA tensors (two pipelining slots; at least 64K; the group uses "
        "the smallest value any rank asks for). Larger tensors are pipelined in rounds."},
-      {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M",
+      {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M,@2=4G",
        "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a "
-       "byte count, optionally followed by @W=bytes items for groups of W ranks (e.g. 8M,@2=1G; NOTE [protocol "
-       "table] in csrc/backend/protocol_table.h)."},
+       "byte count, optionally followed by @W=bytes items for groups of W ranks (NOTE [protocol table] in "
+       "csrc/backend/protocol_table.h). Default: from 8M, at W = 2 from 4G (in effect never): there one-shot "
+       "sends the same link bytes as two-shot and, pushed, measured faster at 64M-1G on 2x H200 (64M 235 us vs "
+       "266 two-shot)."},
       {"TORCH_PURLIN_CUDA_LINE_BYTES", "1M",
        "CUDA collectives of at most this many bytes per rank run on flagged lines (NOTE [flagged lines] in "
        "csrc/atom/cuda/flagged_line.cuh): data and notification in one NVLink store, no flag round trip. "
@@ -73,12 +75,13 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_POOL_BYTES", "4G",
        "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
        "every peer maps; collectives read inputs from it in place). Allocated on first use."},
-      {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_to_all=1G,broadcast=64M",
+      {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_reduce@2=256M,all_to_all=1G,broadcast=64M",
        "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h): family=bytes items "
        "(family@W=bytes: a row for groups of W ranks only, replacing the family's row there); a "
        "CUDA collective of that family (all_reduce also names all_reduce_coalesced, all_gather names "
        "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "
-       "that many bytes goes to NCCL, which measured faster there on 2x H200 (benchmarks/results). 'none' "
+       "that many bytes goes to NCCL, which measured faster there on 2x H200 (benchmarks/results; at W = 2 "
+       "one-shot all_reduce beats NCCL to 256M, elsewhere all_reduce is measured at W = 2 only). 'none' "
        "keeps every size native. Every rank must use the same value."},
       {"TORCH_PURLIN_CUDA_SHARE_GPU", "0",
        "1 on every rank: ranks of a group may share a GPU (NOTE [shared GPU] in "
