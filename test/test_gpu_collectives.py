@@ -381,6 +381,12 @@ def _worker(rank, world, init_file, log_path):
             R.check(f"all_reduce {dtype} n={n}", all_reduce_case, small, dtype, "sum", n, " (64K workspace)")
     R.check("all_reduce f32 max n=300001", all_reduce_case, small, torch.float32, "max", 300_001, " (64K workspace)")
     R.check("all_reduce f32 premul n=300001", all_reduce_case, small, torch.float32, "premul_sum", 300_001, " (64K)")
+    # One-shot in many rounds (the default at W = 2 at every size: NOTE [protocol table]).
+    one = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_WORKSPACE_BYTES="64K", TORCH_PURLIN_CUDA_TWO_SHOT_BYTES="1G",
+                       TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+    for dtype in (torch.float32, torch.bfloat16):
+        for n in (100_003, 1_000_003):
+            R.check(f"one-shot all_reduce {dtype} n={n}", all_reduce_case, one, dtype, "sum", n, " (64K, one-shot)")
 
     def small_copy_ops(n):
         xs = inputs(n, torch.float32)
