@@ -11,8 +11,9 @@ kernel, plus the CPU work the test does per iteration.
 Session 14, one H200 shared by two ranks (MPS), fastest of 5: every collective of the loop
 took 0.023-0.073 ms on either path at n=300001 and n=4099 (copy engine: all_gather 0.073 ms,
 broadcast 0.053; SM kernel 0.026-0.036), all four in a row 0.151 / 0.083 ms, while generating
-one iteration's inputs and reference on the CPU took 42.9 ms. The family's seconds are the
-test's host work, not the datapath.
+this probe's share of the test's CPU work (inputs and a reference) took 42.9 ms. So the
+family's ~550 ms per iteration are spent around the collectives (the test's inputs,
+references and checks on the CPU, tensor copies), not in them; not traced further.
 """
 import os
 import sys
