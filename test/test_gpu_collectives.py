@@ -593,6 +593,32 @@ def _worker(rank, world, init_file, log_path):
 
     R.check_after_all("no CUDA op fell back", counters_case)
 
+    def counters_own_ops_case():
+        # Self-contained (runs under any PURLIN_GPU_FAMILIES): each op once, each counted native, none fell back.
+        before = torch_purlin.counters(pg, "cuda")
+        n = 4099
+        x = inputs(W * n, torch.float32, "sum")[rank].to(dev)
+        out = torch.empty(W * n, device=dev)
+        one = torch.empty(n, device=dev)
+        dist.all_reduce(x[:n].clone(), group=pg)
+        dist.reduce(x[:n].clone(), dst=W - 1, group=pg)
+        dist.broadcast(x[:n].clone(), src=0, group=pg)
+        dist.all_gather_into_tensor(out, x[:n], group=pg)
+        dist.all_gather([torch.empty(n, device=dev) for _ in range(W)], x[:n], group=pg)
+        dist.reduce_scatter_tensor(one, x, group=pg)
+        dist.all_to_all_single(out, x, group=pg)
+        dist.gather(x[:n], [torch.empty(n, device=dev) for _ in range(W)] if rank == 0 else None, dst=0, group=pg)
+        dist.scatter(one, list(x.chunk(W)) if rank == 0 else None, src=0, group=pg)
+        torch.cuda.synchronize()
+        after = torch_purlin.counters(pg, "cuda")
+        for op in ("all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather",
+                   "reduce_scatter_tensor", "all_to_all_single", "gather", "scatter"):
+            native = after.get(op, (0, 0))[0] - before.get(op, (0, 0))[0]
+            fell = after.get(op, (0, 0))[1] - before.get(op, (0, 0))[1]
+            assert native == 1 and fell == 0, f"{op}: {native} native calls, {fell} fallbacks (want 1, 0): {after}"
+
+    R.check("each op once: counted native, no fallback", counters_own_ops_case)
+
     # -- fallback to NCCL: bool / complex reductions, TORCH_PURLIN_FORCE_FALLBACK --------------------------
     R.family = "fallback"
     os.environ["TORCH_PURLIN_FORCE_FALLBACK"] = "broadcast"
