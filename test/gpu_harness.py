@@ -136,13 +136,15 @@ class Runner:
         """A case that checks what every earlier family did (e.g. the counters of every op they ran):
         skipped when PURLIN_GPU_FAMILIES left out one of them, since it would count their absence."""
         if self.left_out and (not self.only or self.family in self.only):
-            self.skip("checks every earlier family; PURLIN_GPU_FAMILIES left out " + ",".join(sorted(self.left_out)))
+            self.skip("checks every earlier family; PURLIN_GPU_FAMILIES left out " + ",".join(sorted(self.left_out)),
+                      case=name)
             return
         self.check(name, fn, *args)
 
-    def skip(self, reason):
-        """Records that the current family does not run here, and why (pytest reports it as skipped)."""
-        self.out.write(json.dumps({"family": self.family, "case": "skipped", "rank": self.rank, "error": None,
+    def skip(self, reason, case="skipped"):
+        """Records that the current family (or one case of it) does not run here, and why; a family all of
+        whose records are skips is reported as skipped by pytest."""
+        self.out.write(json.dumps({"family": self.family, "case": case, "rank": self.rank, "error": None,
                                    "skipped": reason}) + "\n")
         self.out.flush()
 
@@ -182,9 +184,12 @@ def check_family(suite, family):
     failed = [r for r in rows if r["error"]]
     assert rows, f"no {family} case ran (exit codes {suite['exitcodes']}, hung ranks {suite['hung']})"
     skipped = [r for r in rows if r.get("skipped")]
-    if skipped:
-        assert len(skipped) == len(rows) == suite["world"], \
-            f"{family}: skipped by {len(skipped)} of {len(rows)} case results (every rank skips it or none)"
+    for name in {r["case"] for r in skipped}:  # a family or a case: skipped by every rank or by none
+        ranks = [r["rank"] for r in skipped if r["case"] == name]
+        ran = [r["rank"] for r in rows if r["case"] == name and not r.get("skipped")]
+        assert sorted(ranks) == list(range(suite["world"])) and not ran, \
+            f"{family}: '{name}' skipped by ranks {sorted(ranks)} of {suite['world']} (every rank skips it or none)"
+    if skipped and len(skipped) == len(rows):
         pytest.skip(skipped[0]["skipped"])
     names = {r["case"] for r in rows}
     per_rank = {r: sum(1 for x in rows if x["rank"] == r) for r in range(suite["world"])}

@@ -35,6 +35,9 @@ def _fake_worker(rank, world, init_file, log_path):
         R.check("runs", lambda: None)
     R.family = "after_all"
     R.check_after_all("counts every family", lambda: None)
+    R.check("counts its own ops", lambda: None)
+    R.family = "only_after_all"
+    R.check_after_all("counts every family", lambda: None)
     R.out.close()
     raise SystemExit(3 if rank == 1 else 0)
 
@@ -47,6 +50,7 @@ def suite(tmp_path_factory):
 def test_passing_family(suite):
     check_family(suite, "good")
     check_family(suite, "after_all")  # nothing left out: it runs
+    check_family(suite, "only_after_all")
 
 
 def test_failing_case_names_rank_and_error(suite):
@@ -67,12 +71,17 @@ def test_skipped_family(suite):
 
 
 def test_families_filter(tmp_path, monkeypatch):
-    monkeypatch.setenv("PURLIN_GPU_FAMILIES", "good,skipped,after_all")
+    monkeypatch.setenv("PURLIN_GPU_FAMILIES", "good,skipped,after_all,only_after_all")
     only = run_suite("fake_only", _fake_worker, 2, 60, tmp_path)
     check_family(only, "good")
-    # a case over every earlier family skips when the filter left one out, rather than count its absence
+    # a case over every earlier family skips when the filter left one out, rather than count its absence;
+    # the family's other cases still run (and pass), a family of such cases only is skipped
+    check_family(only, "after_all")
+    skips = [r for r in only["rows"] if r["family"] == "after_all" and r.get("skipped")]
+    assert sorted(r["rank"] for r in skips) == [0, 1] and all(r["case"] == "counts every family" for r in skips)
+    assert "PURLIN_GPU_FAMILIES left out bad," in skips[0]["skipped"]
     with pytest.raises(pytest.skip.Exception, match="PURLIN_GPU_FAMILIES left out bad,"):
-        check_family(only, "after_all")
+        check_family(only, "only_after_all")
     for family in ("bad", "short"):  # left out: reported as skipped, their failures never ran
         with pytest.raises(pytest.skip.Exception, match="not in PURLIN_GPU_FAMILIES"):
             check_family(only, family)
