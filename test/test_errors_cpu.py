@@ -92,13 +92,19 @@ class TestBadInput(DistTestCase):
 
     @spawned
     def test_bad_setting_on_one_rank(self):
+        self.bad_setting_case("TORCH_PURLIN_CPU_WORKSPACE_BYTES", "bogus")
+
+    @spawned
+    def test_bad_two_shot_list_on_one_rank(self):
+        self.bad_setting_case("TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K,@two=1M", shown="@two=1m")
+
+    def bad_setting_case(self, var, value, shown=None):
         import os
-        var = "TORCH_PURLIN_CPU_WORKSPACE_BYTES"
         self.check_group_works()  # the default group is set up before the setting goes bad
         group = dist.new_group(backend="purlin")  # set up on its first collective, below
         saved = os.environ.get(var)
         if self.rank == 1:
-            os.environ[var] = "bogus"
+            os.environ[var] = value
         t = torch.ones(1025)
         start = time.monotonic()
         try:
@@ -113,7 +119,8 @@ class TestBadInput(DistTestCase):
         self.expect_error(lambda: dist.all_reduce(t, group=group), r"all_?reduce", r"unusable",
                           r"rank 1 could not set up", var)
         self.assertLess(time.monotonic() - start, 10.0, "a bad setting must fail every rank at once, not by timeout")
-        for pattern in (r"all_?reduce", rf"rank {self.rank}\b", r"rank 1 could not set up", var, "bogus"):
+        for pattern in (r"all_?reduce", rf"rank {self.rank}\b", r"rank 1 could not set up", var,
+                        re.escape(shown or value)):
             self.assertRegex(str(first.exception), pattern)
 
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "atom/cpu/cpu_atom.h"
+#include "backend/protocol_table.h"
 #include "backend/setup_agreement.h"
 #include "common/env.h"
 #include "snac/arrival.h"
@@ -34,7 +35,8 @@ void HostEngine::ensure_atom(const char* op) {
   size_t ws = 0;
   std::string mine;
   try {
-    two_shot_bytes_ = env::get_bytes("TORCH_PURLIN_CPU_TWO_SHOT_BYTES");
+    constexpr const char* kTwoShot = "TORCH_PURLIN_CPU_TWO_SHOT_BYTES";  // NOTE [protocol table]: @W= items
+    two_shot_bytes_ = bytes_for_world(env::get(kTwoShot), world_, kTwoShot);
     debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
     ws = static_cast<size_t>(env::get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
     if (ws < 4096) throw std::invalid_argument("TORCH_PURLIN_CPU_WORKSPACE_BYTES must be at least 4K");

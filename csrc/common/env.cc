@@ -15,7 +15,8 @@ const std::vector<Var>& registry() {
        "Shared-memory workspace per rank for CPU tensors (two pipelining slots). Larger tensors are pipelined in "
        "rounds."},
       {"TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K",
-       "CPU all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes."},
+       "CPU all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a byte "
+       "count, optionally followed by @W=bytes items for groups of W ranks (as TORCH_PURLIN_CUDA_TWO_SHOT_BYTES)."},
       {"TORCH_PURLIN_CUDA_WORKSPACE_BYTES", "64M",
        "CUDA-IPC workspace per rank and group for CUDA tensors (two pipelining slots; at least 64K; the group uses "
        "the smallest value any rank asks for). Larger tensors are pipelined in rounds."},
