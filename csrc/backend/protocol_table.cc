@@ -2,6 +2,7 @@
 #include "backend/protocol_table.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "common/env.h"
 
