@@ -1,7 +1,8 @@
 """A symbolic simulator of SNAC plans, used by the plan unit tests.
 
 Every input element gets a unique id; Copy moves ids, Reduce records the
-ordered tuple of source ids. Ranks are stepped one op at a time in a random
+ordered tuple of source ids. A write into a peer's output (NOTE [peer outputs])
+is an error unless that peer is inside its plan (started, not returned). Ranks are stepped one op at a time in a random
 order (a Wait only proceeds once its flag is high enough), so workspace-reuse
 races show up as wrong values, and a schedule where no rank can move while
 some are unfinished is a deadlock.
@@ -53,8 +54,8 @@ def simulate(spec, plans, seed=0):
         kind, rank, off = ref
         if kind == IN:  # own input, or a peer's in zero-copy plans
             return inputs[rank], off
-        if kind == OUT:
-            return outputs[me], off
+        if kind == OUT:  # own output, or a peer's in write_peer_outputs plans (NOTE [peer outputs])
+            return outputs[rank], off
         return ws[rank], off
 
     def runnable(r):
@@ -91,7 +92,12 @@ def simulate(spec, plans, seed=0):
                     vals.append(sbuf[soff + e])
                 dbuf[doff + e] = vals[0] if code == COPY else tuple(vals)
                 if op["dst"][0] == OUT:
-                    writes[r][doff + e] += 1
+                    owner = op["dst"][1]
+                    # A peer's output belongs to its caller until it reached the collective and again
+                    # once the collective returned there.
+                    if owner != r and (pcs[owner] == 0 or pcs[owner] >= len(plans[owner]["ops"])):
+                        raise PlanError(f"rank {r}: {op} writes rank {owner}'s output outside its collective")
+                    writes[owner][doff + e] += 1
         if pcs[r] == len(plans[r]["ops"]):
             # The collective returned on rank r: its caller may now overwrite the input.
             inputs[r][:] = [None] * len(inputs[r])

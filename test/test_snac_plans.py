@@ -35,10 +35,11 @@ def builtin_specs(W, n, rng):
     ]
 
 
-def check(spec, slot, align, two_shot, direct_local, seeds=(0, 1), read_peer_inputs=False, push=False):
+def check(spec, slot, align, two_shot, direct_local, seeds=(0, 1), read_peer_inputs=False, push=False,
+          write_peer_outputs=False):
     plans = [
         torch_purlin.make_plan(spec, r, slot, align, two_shot=two_shot, direct_local=direct_local,
-                               read_peer_inputs=read_peer_inputs, push=push)
+                               read_peer_inputs=read_peer_inputs, push=push, write_peer_outputs=write_peer_outputs)
         for r in range(spec.world)
     ]
     check_signals_match(plans)
@@ -96,6 +97,45 @@ def test_push_plans(W):
                                 if op["phase"] in ("consume", "consume: reduce owned slice"):
                                     for buf, rank, _ in op["srcs"]:
                                         assert buf != 2 or rank == p["rank"], f"{spec.name}: push plan pulls {op}"
+
+
+@pytest.mark.parametrize("W", WORLDS)
+def test_peer_output_plans(W):
+    """NOTE [peer outputs]: copy specs write every chunk straight into its destinations' outputs,
+    one round, no workspace, no consume copy; no rank writes a peer's output before that peer
+    reached the collective or after it returned (simulated)."""
+    rng = random.Random(400 + W)
+    for n in (0, 1, 5, 37):
+        for spec in builtin_specs(W, n, rng):
+            if spec.kind != OpKind.COPY:
+                with pytest.raises(ValueError, match="Copy spec"):
+                    torch_purlin.make_plan(spec, 0, 1 << 20, write_peer_outputs=True)
+                continue
+            plans = check(spec, 8, 1, False, True, seeds=range(6), write_peer_outputs=True)
+            for p in plans:
+                assert p["rounds"] <= 1 and p["workspace_elems"] == 0, f"{spec.name}: {p['rounds']} rounds"
+                for op in p["ops"]:
+                    if op["code"] == 2:
+                        assert tuple(op["srcs"][0][:2]) == (0, p["rank"]) and op["dst"][0] == 1, f"{spec.name}: {op}"
+
+
+@pytest.mark.parametrize("drop", ["ready", "written"])
+def test_peer_output_plans_need_both_waits(drop):
+    """Without the destination's "free" signal awaited, or without waiting for the writers before
+    returning, some schedule writes a peer's output outside its collective."""
+    spec = specs.all_gather(3, 5)
+    flag = 2 if drop == "ready" else 1  # Consumed: output free; Staged: written
+    plans = [torch_purlin.make_plan(spec, r, 8, write_peer_outputs=True) for r in range(3)]
+    for p in plans:
+        p["ops"] = [op for op in p["ops"] if not (op["code"] == 0 and op["flag"] == flag)]
+    failures = 0
+    for seed in range(40):
+        try:
+            simulate(spec, plans, seed)
+        except AssertionError as e:
+            assert "outside its collective" in str(e), str(e)
+            failures += 1
+    assert failures > 0
 
 
 @pytest.mark.parametrize("W", [2, 3, 4, 5, 8])

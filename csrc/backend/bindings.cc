@@ -129,18 +129,20 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "make_plan",
       [](const snac::Spec& spec, int rank, int64_t slot_elems, int64_t align_elems, bool two_shot, bool direct_local,
-         bool read_peer_inputs, bool push) {
+         bool read_peer_inputs, bool push, bool write_peer_outputs) {
         snac::PlanOptions o;
         o.slot_elems = slot_elems;
         o.align_elems = align_elems;
         o.reduce_algo = two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
         o.direct_local = direct_local;
         o.read_peer_inputs = read_peer_inputs;
+        o.write_peer_outputs = write_peer_outputs;
         o.push = push;
         return plan_to_dict(snac::make_plan(spec, rank, o));
       },
       py::arg("spec"), py::arg("rank"), py::arg("slot_elems"), py::arg("align_elems") = 1,
-      py::arg("two_shot") = false, py::arg("direct_local") = true, py::arg("read_peer_inputs") = false, py::arg("push") = false);
+      py::arg("two_shot") = false, py::arg("direct_local") = true, py::arg("read_peer_inputs") = false, py::arg("push") = false,
+      py::arg("write_peer_outputs") = false);
 
   m.def("env_vars", []() {
     py::list out;

@@ -46,6 +46,16 @@
 //   destination copies it from its own workspace; the owner's Reuse waits
 //   and the destinations' end-of-round acks cover these writes as they do
 //   phase 0's (session 13).
+// NOTE [peer outputs] — with write_peer_outputs (every rank's output in
+//   symmetric memory; Copy specs) nothing is staged and nothing is consumed:
+//   one round, no workspace. Each destination first raises Consumed to step 1
+//   at every rank that writes into it ("my output is free": the destination
+//   has reached this collective, so its earlier work on the output is done);
+//   each source waits for that from every destination, copies its chunks
+//   from its Input straight into each destination's Output, and raises
+//   Staged to step 1 there; each destination waits for Staged from every
+//   writer before it ends, so what follows it sees the data. Every block is
+//   a pure writer: no consume copy (docs/PERFORMANCE.md, session 14).
 // NOTE [epochs] — flag values are step counters relative to the plan start;
 //   the executor adds the group's running base, so flags only ever grow and
 //   never need resetting (safe under graph replay with a device-side base).
@@ -106,7 +116,8 @@ enum class Buf : uint8_t { Input = 0, Output = 1, Workspace = 2 };
 
 struct Ref {
   Buf buf = Buf::Input;
-  int32_t rank = 0;    // owner (Input/Output: always this plan's rank)
+  int32_t rank = 0;    // owner (Input: this plan's rank, or a peer's with read_peer_inputs;
+                       // Output: this plan's rank, or a peer's with write_peer_outputs)
   int64_t offset = 0;  // in elements from the buffer's start
   int32_t origin = -1; // whose contribution it holds, where that is not `rank`
                        // (a push lands in the reader's workspace); -1: rank's
@@ -142,6 +153,8 @@ struct PlanOptions {
   bool push = false;           // NOTE [push]: stage into the readers' workspaces
   bool push_reduced = false;   // NOTE [push]: two-shot phase 1 pushes the reduced slices
   bool match_waits = false;    // NOTE [matched waits]: mark Waits a worker may make on its own slot
+  bool write_peer_outputs = false;  // NOTE [peer outputs]: every rank's Output is writable by its
+                               // peers (symmetric memory); Copy specs only
 };
 
 struct Plan {

@@ -350,7 +350,42 @@ class Planner {
       if (!R.reads[L][r].count(s)) signal(plan, Flag::Consumed, s, step_value(j, L), "consume: free the slot for pushers");
   }
 
+  // NOTE [peer outputs]: one round, Input straight into every destination's Output.
+  Plan build_peer_outputs(int r) const {
+    if (spec_.kind != OpKind::Copy) throw std::invalid_argument("SNAC: write_peer_outputs needs a Copy spec");
+    Plan plan;
+    plan.rank = r;
+    plan.world = W_;
+    std::set<int> writers, dests;  // who writes into r's Output; whose Output r writes into
+    bool any = false;
+    for (const auto& ch : spec_.chunks) {
+      if (ch.numel() == 0 || ch.dests.empty()) continue;
+      any = true;
+      for (const auto& d : ch.dests) {
+        if (ch.sources[0].rank == r && d.rank != r) dests.insert(d.rank);
+        if (d.rank == r && ch.sources[0].rank != r) writers.insert(ch.sources[0].rank);
+      }
+    }
+    if (!any) return plan;
+    plan.rounds = 1;
+    plan.steps = step_value(1, 0) - 1;
+    const uint64_t v = step_value(0, 0);
+    for (int s : writers) signal(plan, Flag::Consumed, s, v, "start: tell writers this output is free");
+    for (int d : dests) wait(plan, Flag::Consumed, d, v, "write: wait until the destination's output is free");
+    for (const auto& ch : spec_.chunks) {
+      if (ch.numel() == 0 || ch.sources[0].rank != r) continue;
+      for (const auto& d : ch.dests)
+        transfer(plan, OpCode::Copy, 0, ch.numel(), {Ref{Buf::Output, d.rank, 0}, Ref{Buf::Input, r, 0}},
+                 {d.region, ch.sources[0].region}, d.rank == r ? "copy own chunk" : "write into the peer's output");
+    }
+    for (int d : dests) signal(plan, Flag::Staged, d, v, "notify: written");
+    for (int s : writers) wait(plan, Flag::Staged, s, v, "end: wait for the writers");
+    for (Op& op : plan.ops) op.round = 0;
+    return plan;
+  }
+
   Plan build(int rank) const {
+    if (opt_.write_peer_outputs) return build_peer_outputs(rank);
     Plan plan;
     plan.rank = rank;
     plan.world = W_;
