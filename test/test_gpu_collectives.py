@@ -40,7 +40,8 @@ SIZES = (1, 3, 7, 127, 1000, 4099, 65537, 1_000_003)
 FAMILIES = (
     "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
-    "mixed_backend", "setup_agreement", "counters", "fallback", "protocol_table", "zero_copy", "push", "lines", "parity", "overlapped_launch", "block_counts", "call_tag", "timeout",
+    "mixed_backend", "setup_agreement", "counters", "fallback", "protocol_table", "zero_copy", "peer_outputs", "push",
+    "lines", "parity", "overlapped_launch", "block_counts", "call_tag", "timeout",
 )
 
 
@@ -845,7 +846,9 @@ def _worker(rank, world, init_file, log_path):
         elif op == "broadcast":
             dist.broadcast(inp, src=1, group=zc)
             assert_equal(inp, full[1], f"zero-copy broadcast n={n}")
-        assert "zero-copy" in torch_purlin.last_launch(zc)["protocol"], torch_purlin.last_launch(zc)
+        # A broadcast's buffer in the pool is its output too: the root writes the peers' (NOTE [peer outputs]).
+        want = "+peer-outputs" if op == "broadcast" else "zero-copy"
+        assert want in torch_purlin.last_launch(zc)["protocol"], torch_purlin.last_launch(zc)
         # The caller may overwrite its input as soon as the op returned (Release waits).
         inp.fill_(-1)
         torch.cuda.synchronize()
@@ -905,6 +908,78 @@ def _worker(rank, world, init_file, log_path):
         assert_equal(v, torch.cat([torch.full((1 << 20,), r + 1, dtype=torch.uint8) for r in range(W)]), "reuse")
 
     R.check("empty / pool reuse", allocate_tensor_api)
+
+    # -- peer outputs: outputs in the pool are written by their peers (NOTE [peer outputs]) ----------------
+    R.family = "peer_outputs"
+    pad = 4096  # pool elements on each side of the output: any write outside it shows
+
+    def padded(n, dtype):
+        big = sym(n + 2 * pad, dtype)
+        big.fill_(-7)
+        return big, big[pad:pad + n]
+
+    def peer_outputs_case(op, n, dtype, in_place):
+        full = [make_input(R.seed(), r, n, dtype) for r in range(W)]
+        if op == "all_gather_into_tensor":
+            big, out = padded(W * n, dtype)
+            if in_place:
+                inp = out[rank * n:(rank + 1) * n]
+                inp.copy_(full[rank].to(dev))
+            else:
+                inp = full[rank].to(dev)
+            dist.all_gather_into_tensor(out, inp, group=zc)
+            want = torch.cat(full)
+        else:
+            big, out = padded(n, dtype)
+            out.copy_(full[rank].to(dev))
+            dist.broadcast(out, src=W - 1, group=zc)
+            want = full[W - 1]
+        assert torch_purlin.last_launch(zc)["protocol"] == "copy+peer-outputs", torch_purlin.last_launch(zc)
+        assert_equal(out, want, f"{op} n={n} in_place={in_place} into pool outputs")
+        edge = torch.full((pad,), -7, dtype=dtype)
+        assert_equal(big[:pad], edge, f"{op} n={n}: before the output")
+        assert_equal(big[-pad:], edge, f"{op} n={n}: after the output")
+
+    for op in ("all_gather_into_tensor", "broadcast"):
+        for n in (1, 4099, 1_000_002):
+            for dtype in (torch.float32, torch.bfloat16):
+                for in_place in ((False, True) if op == "all_gather_into_tensor" else (True,)):
+                    R.check(f"{op} n={n} {dtype} in_place={in_place}", peer_outputs_case, op, n, dtype, in_place)
+
+    def peer_outputs_reuse():
+        # Back to back, no host sync: each all_gather overwrites an output the previous step's kernel
+        # reads; peers may write it only once this rank reached the collective (the Consumed(1) wait).
+        n, steps = 300_001, 12
+        _, out = padded(W * n, torch.float32)
+        acc = torch.zeros(W * n, device=dev)
+        xs = [torch.randn(n, generator=torch.Generator().manual_seed(R.seed() * 100 + r)) for r in range(W)]
+        for k in range(steps):
+            dist.all_gather_into_tensor(out, (xs[rank] + k).to(dev), group=zc)
+            acc += out * (k + 1)
+        torch.cuda.synchronize()
+        want = sum((torch.cat(xs) + k) * (k + 1) for k in range(steps))
+        assert torch.allclose(acc.cpu(), want, rtol=1e-5, atol=1e-3), "peer-output all_gathers out of order"
+
+    R.check("back-to-back all_gathers into one pool output", peer_outputs_reuse)
+
+    def peer_outputs_graph():
+        n = 70_001
+        _, out = padded(W * n, torch.bfloat16)
+        src = torch.empty(n, dtype=torch.bfloat16, device=dev)
+        src.fill_(1)
+        dist.all_gather_into_tensor(out, src, group=zc)  # eager first (plan and pool mapped)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            dist.all_gather_into_tensor(out, src, group=zc)
+        for rep in range(3):
+            xs = [make_input(R.seed(), r, n, torch.bfloat16) for r in range(W)]
+            src.copy_(xs[rank].to(dev))
+            g.replay()
+            torch.cuda.synchronize()
+            assert_equal(out, torch.cat(xs), f"graph replay {rep}")
+
+    R.check("peer-output all_gather in a CUDA graph", peer_outputs_graph)
 
     # -- push: sources write into the readers' workspaces (NOTE [push]) -------------------------------------
     R.family = "push"

@@ -254,6 +254,19 @@ std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
 // admits one-shot in place.) Gather and scatter never read in place: only
 // their root may alias Input and Output, so its peers could not judge alike
 // and the call tags would refuse a valid call.
+// NOTE [peer outputs] (snac/plan.h): every rank's output in the symmetric
+// pool at the same offset (the call tag checks it) lets copy collectives
+// write straight into the peers' outputs. Only ops whose every rank has an
+// output of the same size and may alias it any way it likes: all_gather (in
+// place, the input is the rank's own slot, which nobody else writes) and
+// broadcast (nobody reads a non-root's buffer). all_to_all in place would
+// let a peer overwrite a slot this rank has yet to send, and a rank's alias
+// is its own choice, so it is left out; gather and scatter have outputs on
+// some ranks only.
+bool CudaGroup::peer_outputs_allowed(const Request& rq) const {
+  return (rq.op == CollOp::AllGather || rq.op == CollOp::Broadcast) && !rq.custom && rq.out_numel > 0;
+}
+
 bool CudaGroup::zero_copy_allowed(const Request& rq) const {
   if (rq.op == CollOp::Gather || rq.op == CollOp::Scatter) return false;
   const cu::IoAlias alias = alias_of(rq);
@@ -330,22 +343,23 @@ bool one_round_push_plan(const snac::Spec& spec, int rank, int64_t region_elems,
 }  // namespace
 
 const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy,
-                                                   bool region) {
+                                                   bool region, bool peer_outputs) {
   int64_t shift = 0;
   const cu::IoAlias alias = alias_of(rq, &shift);
   // NOTE [eager host path]: the same call as the last one of this kind.
-  PlanMemo& memo = memo_[(zero_copy ? 2 : 0) + (region ? 1 : 0)];
+  PlanMemo& memo = memo_[peer_outputs ? 4 : (zero_copy ? 2 : 0) + (region ? 1 : 0)];
   const bool memoizable = rq.op != CollOp::AllToAll && !rq.custom && rq.in_splits.empty() && rq.out_splits.empty();
   if (memoizable && memo.plan && memo.op == rq.op && memo.dtype == rq.dtype && memo.root == rq.root &&
       memo.in_numel == rq.in_numel && memo.out_numel == rq.out_numel && memo.alias == alias && memo.shift == shift)
     return *memo.plan;
-  const CachedPlan& c = plan_for_key(rq, all, zero_copy, region, alias, shift);
+  const CachedPlan& c = plan_for_key(rq, all, zero_copy, region, peer_outputs, alias, shift);
   if (memoizable) memo = PlanMemo{&c, rq.op, rq.dtype, rq.root, rq.in_numel, rq.out_numel, shift, alias};
   return c;
 }
 
 const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy,
-                                                       bool region, cu::IoAlias alias, int64_t shift) {
+                                                       bool region, bool peer_outputs, cu::IoAlias alias,
+                                                       int64_t shift) {
   if (all.empty()) all = peer_meta(rq);
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
   snac::PlanOptions opt;
@@ -353,12 +367,14 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   opt.slot_elems = ws_->workspace_bytes() / 2 / esize / opt.align_elems * opt.align_elems;
   opt.direct_local = direct_local_reads(rq, rank_);  // NOTE [direct local reads]
   opt.read_peer_inputs = zero_copy;
+  opt.write_peer_outputs = peer_outputs;  // NOTE [peer outputs]
   const bool two_wanted = two_shot(rq);
   std::string key = plan_key(rq, all);  // built on a memo miss: appended in place
   key += 'a';
   key += static_cast<char>('0' + static_cast<int>(alias));
   key += two_wanted ? "/2" : "/1";
   if (zero_copy) key += "/z";
+  if (peer_outputs) key += "/o";
   if (region) key += "/R";
   key += "/s";
   key += std::to_string(shift);
@@ -376,7 +392,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   // before matched waits, and with them 1.14-1.34x faster at 1G
   // (cuda_h200x2_20261201q_large.md; small reductions run on lines and
   // parity plans, which push anyway). TORCH_PURLIN_CUDA_PUSH=all by default.
-  opt.push = !zero_copy && (spec.kind == snac::OpKind::Copy ? push_copies_ : push_reductions_);
+  opt.push = !zero_copy && !peer_outputs && (spec.kind == snac::OpKind::Copy ? push_copies_ : push_reductions_);
   auto c = std::make_unique<CachedPlan>();
   // NOTE [line plans]: a one-round push plan of a spec with contiguous
   // sources, laid out in one parity of the line region. Every condition is
@@ -433,7 +449,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   } else {
     c->blocks = config.blocks_for(spec_bytes);
   }
-  if (spec.kind == snac::OpKind::Copy && !zero_copy && !c->lines && !c->parity) {
+  if (spec.kind == snac::OpKind::Copy && !zero_copy && !peer_outputs && !c->lines && !c->parity) {
     // The copy-engine Atom runs pull plans only (NOTE [stream memop ordering]:
     // its waits do not flush remote data writes, and pull plans make none).
     snac::PlanOptions pull = opt;
@@ -450,8 +466,9 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
            (two ? 0x2000000000ull : 0) ^ (opt.push ? 0x4000000000ull : 0) ^ (c->lines ? 0x8000000000ull : 0) ^
            (c->parity ? 0x10000000000ull : 0) ^ (c->wide ? 0x20000000000ull : 0) ^
            (opt.match_waits ? 0x40000000000ull : 0) ^  // matched plans may cut other rounds
-           (opt.push_reduced ? 0x80000000000ull : 0);
+           (opt.push_reduced ? 0x80000000000ull : 0) ^ (peer_outputs ? 0x100000000000ull : 0);
   c->protocol = std::string(c->reduces ? (two ? "two-shot" : "one-shot") : "copy") + (zero_copy ? "+zero-copy" : "") +
+                (peer_outputs ? "+peer-outputs" : "") +
                 (c->wide ? "+wide-lines" : c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "") +
                 (opt.push_reduced ? "+push-reduced" : "");
   if (cu::fits_inline(c->plan)) {
@@ -513,17 +530,23 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   // that does not qualify returns the workspace plan, used as it is unless
   // the input is in the pool.
   const CachedPlan* cp = region_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
-  int64_t pool_offset = -1;
-  if (!(cp && (cp->lines || cp->parity)) && pool_ && zero_copy_allowed(rq))
-    pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype))));
-  if (!cp || pool_offset >= 0) cp = &plan_for(rq, all, pool_offset >= 0, false);
+  int64_t pool_offset = -1, out_offset = -1;
+  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
+  const bool region_plan = cp && (cp->lines || cp->parity);
+  if (!region_plan && pool_ && peer_outputs_allowed(rq))  // NOTE [peer outputs] first: pure writers
+    out_offset = pool_->offset_of(rq.out, std::max<int64_t>(1, rq.out_numel * esize));
+  if (out_offset < 0 && !region_plan && pool_ && zero_copy_allowed(rq))
+    pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * esize));
+  if (out_offset >= 0) cp = &plan_for(rq, all, false, false, true);
+  else if (!cp || pool_offset >= 0) cp = &plan_for(rq, all, pool_offset >= 0, false);
   const CachedPlan& c = *cp;
   if (c.plan.rounds == 0) return;  // nothing moves on any rank
   // The caller (CudaPath::run) holds a CUDAGuard on this group's device.
   order_after_last(stream);
   // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
   // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).
-  if (ce_ && !c.lines && !c.parity && !c.reduces && pool_offset < 0 && c.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
+  if (ce_ && !c.lines && !c.parity && !c.reduces && pool_offset < 0 && out_offset < 0 && c.spec_bytes >= ce_bytes_ &&
+      ce_->refusal(stream).empty()) {
     cu::CeCall call;
     call.plan = &c.snac_plan;
     call.input = rq.in;
@@ -569,8 +592,10 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.lines = c.lines;
   l.wide_lines = c.wide;
   l.parity = c.parity;
-  l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0);
+  l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0) ^
+               (out_offset >= 0 ? static_cast<uint64_t>(out_offset) * 0x9E3779B97F4A7C15ull : 0);
   l.input_pool_offset = pool_offset;
+  l.output_pool_offset = out_offset;
   l.overlap = overlap_;
   last_.protocol = c.protocol;  // assigned in place: no allocation once the string has room
   last_.blocks = c.blocks;

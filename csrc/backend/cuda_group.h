@@ -105,12 +105,14 @@ class CudaGroup {
 
   std::vector<PeerMeta> peer_meta(const Request& rq);
   // `all`: every rank's arguments (peer_meta()), or empty: filled here when needed.
-  const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region);
+  const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
+                             bool peer_outputs = false);
   const CachedPlan& plan_for_key(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
-                                 cu::IoAlias alias, int64_t shift);
+                                 bool peer_outputs, cu::IoAlias alias, int64_t shift);
   bool region_wanted(const Request& rq) const;
   void order_after_last(cudaStream_t s);
   bool zero_copy_allowed(const Request& rq) const;
+  bool peer_outputs_allowed(const Request& rq) const;
   bool two_shot(const Request& rq) const;
 
   int rank_, world_, device_;
@@ -121,7 +123,7 @@ class CudaGroup {
   std::optional<c10::cuda::CUDAStream> internal_;
   std::unique_ptr<cu::PlanStore> store_plans_;
   std::unordered_map<std::string, std::unique_ptr<CachedPlan>> plans_;
-  PlanMemo memo_[4];  // by zero_copy * 2 + region
+  PlanMemo memo_[5];  // by zero_copy * 2 + region; [4]: peer outputs
   const char* last_name_ = nullptr;  // the last launch's Request::name and its interned id
   uint16_t last_name_id_ = 0;
   std::string broken_;

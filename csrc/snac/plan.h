@@ -163,6 +163,7 @@ struct Plan {
   int rounds = 0;
   uint64_t steps = 0;          // step counters advance by this much per run
   int64_t workspace_elems = 0; // highest workspace element used + 1
+  bool writes_peer_outputs = false;  // made with write_peer_outputs (NOTE [peer outputs])
   std::vector<Op> ops;
   std::vector<Ref> srcs;
 

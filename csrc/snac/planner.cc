@@ -356,6 +356,7 @@ class Planner {
     Plan plan;
     plan.rank = r;
     plan.world = W_;
+    plan.writes_peer_outputs = true;
     std::set<int> writers, dests;  // who writes into r's Output; whose Output r writes into
     bool any = false;
     for (const auto& ch : spec_.chunks) {

@@ -38,7 +38,10 @@ class Tracker {
         buf = one_base ? 1 : 0;
         at += shift_;                        // in Output's coordinates (0 unless Shifted)
         break;
-      case snac::Buf::Output: buf = 1; break;
+      case snac::Buf::Output:
+        if (r.rank != rank_) return false;  // a peer's output (NOTE [peer outputs]): not this rank's memory
+        buf = 1;
+        break;
       case snac::Buf::Workspace:
         if (r.rank != rank_) return false;
         buf = 2;
@@ -122,8 +125,13 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
         d.flag = static_cast<uint8_t>(op.flag);  // snac::Flag has FlagKind's numbers
         d.peer = op.peer;
         d.value = op.value;
-        if (op.code == snac::OpCode::Wait && op.flag == snac::Flag::Staged && !tag_checked[op.peer]) {
-          d.check_tag = 1;  // before this rank reads anything the peer staged
+        // NOTE [call tags]: the first Staged wait for each peer checks its tag, before this rank reads
+        // anything the peer staged; in peer-output plans (NOTE [peer outputs]) the first wait for
+        // each peer is the Consumed wait before this rank writes into the peer's output: that one
+        // checks, so a peer that runs another collective (its output elsewhere) is never written.
+        if (op.code == snac::OpCode::Wait && !tag_checked[op.peer] &&
+            (op.flag == snac::Flag::Staged || plan.writes_peer_outputs)) {
+          d.check_tag = 1;
           tag_checked[op.peer] = true;
         }
         // NOTE [matched waits]; a tag check reads what block 0 published.

@@ -107,6 +107,7 @@ cudaError_t launch_plan(const PlanLaunch& l, cudaStream_t stream) {
   k.timeout_ns = l.timeout_ns;
   k.call_sig = l.call_sig;
   k.input_pool_offset = l.input_pool_offset;
+  k.output_pool_offset = l.output_pool_offset;
   k.scale = l.scale;
   k.layout = l.layout;
   k.n_ops = l.n_ops;

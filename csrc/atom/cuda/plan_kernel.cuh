@@ -85,6 +85,7 @@ struct KernelParams {
   uint64_t timeout_ns;
   uint64_t call_sig;     // NOTE [call tags]
   int64_t input_pool_offset;  // NOTE [zero-copy sources]; -1: Input is not in the pool
+  int64_t output_pool_offset; // NOTE [peer outputs]; -1: Output is not in the pool
   double scale;
   PadLayout layout;
   int n_ops;
@@ -114,7 +115,9 @@ __device__ __forceinline__ char* buffer_of(const KernelParams& p, const DevRef& 
     case kInput:
       if (r.rank == p.rank) return p.input + r.offset * esize;
       return reinterpret_cast<char*>(p.pad[p.layout.pool_table(r.rank)]) + p.input_pool_offset + r.offset * esize;
-    case kOutput: return p.output + r.offset * esize;
+    case kOutput:  // a peer's output: NOTE [peer outputs], at the same pool offset as this rank's
+      if (r.rank == p.rank) return p.output + r.offset * esize;
+      return reinterpret_cast<char*>(p.pad[p.layout.pool_table(r.rank)]) + p.output_pool_offset + r.offset * esize;
     default:
       return reinterpret_cast<char*>(p.pad[p.layout.peer_table(r.rank)]) + ws_bytes + r.offset * esize;
   }

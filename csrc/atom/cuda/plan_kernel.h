@@ -55,6 +55,7 @@ struct PlanLaunch {
   uint32_t op_name = 0;          // intern_name(collective name)
   uint64_t call_sig = 0;         // NOTE [call tags] (plan_kernel.cuh): equal on every rank of a valid call
   int64_t input_pool_offset = -1;  // zero-copy plans: Input's byte offset in the symmetric pool
+  int64_t output_pool_offset = -1; // peer-output plans (NOTE [peer outputs]): Output's byte offset in the pool
   bool lines = false;            // run on flagged lines (NOTE [line plans], line_kernel.cuh)
   bool wide_lines = false;       // ... in the wide format (NOTE [wide lines]; lower_plan with Partition::WideLines)
   bool parity = false;           // a parity plan (NOTE [parity plans], plan_kernel.cuh)
