@@ -62,6 +62,12 @@
 // accesses conflict only with that block's. Small workspaces give many
 // rounds, so the catch-up before the last, shorter round runs too.
 //
+// Peer outputs (NOTE [peer outputs] in snac/plan.h): some all_gathers and
+// broadcasts write straight into the peers' outputs. Before such a
+// collective the "caller" writes its output (its earlier work, done before
+// any block starts) and after it reads it: a peer writing before this rank
+// said its output is free, or after it returned, is a race.
+//
 // Mutations (argv[2]) break the protocol on purpose and must make the run
 // fail: no-reuse-wait (no pbase wait), one-parity, short-flag-period (flags
 // repeat after 6 line collectives instead of 2^33), one-tag-slot (parity
@@ -70,7 +76,8 @@
 // with this rank's reads; why parity plans keep the released Done),
 // wide-unaligned (wide-line pieces aligned to 512 bytes instead of whole
 // lines), all-own-slot (every Wait on the own slot, matched or not, but for
-// the call-tag checks: the data races alone must show).
+// the call-tag checks: the data races alone must show), no-peer-ready (peer-output
+// writers do not wait for the destination's "output free").
 //
 // Worlds 1-3 run with three workspace sizes each, world 4 with one.
 // What it does not cover: the CUDA code itself (ptx.cuh, copy.cuh,
@@ -114,11 +121,12 @@ constexpr int64_t kParityMaxBytes = 8192;         // TORCH_PURLIN_CUDA_PARITY_BY
 
 // Deliberate protocol bugs (argv[2]): each must make the run fail.
 enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod, OneTagSlot, RelaxedParityDone, WideUnaligned,
-                       AllOwnSlot };
+                       AllOwnSlot, NoPeerReady };
 Mutation g_mutation = Mutation::None;
 
 int g_failed = 0;
 int64_t g_launches = 0, g_line_launches = 0, g_wide_launches = 0, g_parity_launches = 0, g_ops = 0, g_syncs = 0;
+int64_t g_peer_output_launches = 0;
 int64_t g_own_waits = 0, g_catch_ups = 0;  // NOTE [matched waits]: own-slot Waits, catch-up Waits lowered
 std::atomic<int64_t> g_races{0};
 std::atomic<int64_t> g_off_line{0};  // wide-line accesses whose piece does not start on a line
@@ -340,6 +348,7 @@ struct Call {
   cu::DevicePlan plan;
   int blocks = kBlocks;    // this launch's block count (same on every rank)
   bool zero_copy = false;
+  bool peer_outputs = false;  // writes into the peers' outputs (NOTE [peer outputs])
   bool lines = false;      // runs the line kernel (NOTE [line plans])
   bool wide = false;       // ... on wide lines (NOTE [wide lines])
   bool parity = false;     // a parity plan (NOTE [parity plans])
@@ -431,7 +440,10 @@ Ptr resolve(const BlockCtx& x, const cu::DevRef& ref) {
       const Call& o = ref.rank == x.r ? x.c : x.c.all[ref.rank];  // a peer's input: zero-copy plans
       return {o.in + ref.offset, o.cells + (o.in - o.mem) + ref.offset};
     }
-    case cu::kOutput: return {x.c.out + ref.offset, x.c.cells + (x.c.out - x.c.mem) + ref.offset};
+    case cu::kOutput: {
+      const Call& o = ref.rank == x.r ? x.c : x.c.all[ref.rank];  // a peer's output: NOTE [peer outputs]
+      return {o.out + ref.offset, o.cells + (o.out - o.mem) + ref.offset};
+    }
     default:
       if (x.c.parity) {  // NOTE [parity plans]: one half of the owner's parity region
         const int half = g_mutation == Mutation::OneParity ? 0 : static_cast<int>(x.lseq & 1);
@@ -704,6 +716,7 @@ struct Case {
   std::vector<std::vector<int64_t>> splits;
   int blocks = kBlocks;
   bool zero_copy = false;
+  bool peer_outputs = false;  // all_gather / broadcast into the peers' outputs (NOTE [peer outputs])
   bool push = false;    // NOTE [push]
   bool push_reduced = false;  // NOTE [push]: two-shot phase 1 pushes (zero-copy plans too)
   bool lines = false;   // the host tries a region: flagged lines (NOTE [line plans]), else a parity plan
@@ -717,7 +730,7 @@ std::string name_of(const Case& c) {
   static const char* kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
                                 "reduce",     "gather",     "scatter",        "interleaved_all_gather"};
   return std::string(kinds[static_cast<int>(c.kind)]) + (c.layout == Layout::InPlace ? " in-place" : "") +
-         (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.push ? " push" : "") + (c.push_reduced ? " push-reduced" : "") +
+         (c.two_shot ? " two-shot" : "") + (c.zero_copy ? " zero-copy" : "") + (c.peer_outputs ? " peer-outputs" : "") + (c.push ? " push" : "") + (c.push_reduced ? " push-reduced" : "") +
          (c.lines ? (c.wide ? " wide-lines" : " lines") : "") + (c.parity ? " parity" : "") + (c.matched ? " matched" : "") + " n=" + std::to_string(c.n) + " blocks=" + std::to_string(c.blocks);
 }
 
@@ -819,6 +832,7 @@ struct Prepared {
   std::vector<std::vector<int32_t>> mem, inputs;
   std::vector<std::vector<Cell>> cells;
   std::vector<Call> calls;
+  std::vector<int64_t> outputs_numel;
 };
 
 // The rank's Input / Output in its memory: c10d's in-place forms where the
@@ -862,6 +876,7 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
   p.cells.resize(W);
   p.inputs.resize(W);
   p.calls.resize(W);
+  p.outputs_numel.assign(spec.output_numel.begin(), spec.output_numel.end());
   std::vector<snac::PlanOptions> opts(W);
   std::vector<cu::IoAlias> aliases(W);
   std::vector<int64_t> shifts(W);
@@ -914,15 +929,26 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
   p.cs.parity = parity;
   if (lines || parity) {  // a region plan replaces push / zero-copy / two-shot choices
     p.cs.push = true;
-    p.cs.zero_copy = p.cs.two_shot = false;
+    p.cs.zero_copy = p.cs.two_shot = p.cs.peer_outputs = false;
   }
   for (int r = 0; r < W; ++r) {
+    if (!lines && !parity && p.cs.peer_outputs) {  // cuda_group.cc plan_for: no push, no zero-copy reads
+      opts[r].write_peer_outputs = true;
+      opts[r].read_peer_inputs = opts[r].push = false;
+    }
     if (!lines && !parity) plans[r] = snac::make_plan(spec, r, opts[r]);
+    if (p.cs.peer_outputs && g_mutation == Mutation::NoPeerReady)  // writers do not wait for "output free"
+      plans[r].ops.erase(std::remove_if(plans[r].ops.begin(), plans[r].ops.end(),
+                                        [](const snac::Op& op) {
+                                          return op.code == snac::OpCode::Wait && op.flag == snac::Flag::Consumed;
+                                        }),
+                         plans[r].ops.end());
     p.calls[r].plan = cu::lower_plan(plans[r], cs.blocks, kEsize, aliases[r], shifts[r],
                                      wide ? cu::Partition::WideLines : cu::Partition::Parts);
     if (lines) cu::drop_line_carried_ops(&p.calls[r].plan);  // as CudaGroup::plan_for
     p.calls[r].blocks = cs.blocks;
     p.calls[r].zero_copy = !lines && !parity && opts[r].read_peer_inputs;
+    p.calls[r].peer_outputs = p.cs.peer_outputs;
     p.calls[r].lines = lines;
     p.calls[r].wide = wide;
     p.calls[r].parity = parity;
@@ -1010,8 +1036,20 @@ void run_sequence(Group& g, const std::vector<Prepared>& seq, unsigned seed) {
         for (const Prepared& p : seq) {
           if (p.calls[r].plan.rounds == 0) continue;  // not launched (on any rank)
           const bool slow = rng() % 6 == 0;           // a straggler block for this collective
+          const Call& pc = p.calls[r];
+          if (pc.peer_outputs) {
+            // NOTE [peer outputs]: the caller used its output before the collective (stream order:
+            // before any block starts); peers may write it only after this rank said it is free.
+            if (b == 0)
+              for (int64_t i = 0; i < static_cast<int64_t>(p.outputs_numel[r]); ++i)
+                on_write(pc.cells + (pc.out - pc.mem) + i, vc, t, "caller's earlier use of its output");
+            boundary[r].arrive_and_wait(vc, t);
+          }
           if (b < p.calls[r].blocks) run_block(g, r, b, p.calls[r], rng, slow, vc);
           boundary[r].arrive_and_wait(vc, t);
+          if (pc.peer_outputs && b == 0)  // ... and reads it once the collective returned
+            for (int64_t i = 0; i < static_cast<int64_t>(p.outputs_numel[r]); ++i)
+              on_read(pc.cells + (pc.out - pc.mem) + i, vc, t, "caller reads its output");
           if (p.calls[r].zero_copy && b == 0) {
             // The caller reuses its input once the collective returned: every
             // peer must have finished reading it (the plan's Release waits).
@@ -1027,6 +1065,7 @@ void run_sequence(Group& g, const std::vector<Prepared>& seq, unsigned seed) {
     g_line_launches += p.calls[0].plan.rounds > 0 && p.calls[0].lines;
     g_wide_launches += p.calls[0].plan.rounds > 0 && p.calls[0].wide;
     g_parity_launches += p.calls[0].plan.rounds > 0 && p.calls[0].parity;
+    g_peer_output_launches += p.calls[0].plan.rounds > 0 && p.calls[0].peer_outputs;
   }
 }
 
@@ -1054,6 +1093,9 @@ Case random_case(int world, std::mt19937& rng) {
   c.push = rng() % 2 == 0;
   c.matched = rng() % 4 != 0;
   c.push_reduced = c.two_shot && rng() % 2;
+  // NOTE [peer outputs] (cuda_group.cc peer_outputs_allowed): all_gather and broadcast into pool outputs,
+  // drawn from the existing choices so that the sequence of cases stays the same.
+  c.peer_outputs = (c.kind == Kind::AllGather || c.kind == Kind::Broadcast) && c.zero_copy && c.push;
   if (c.kind == Kind::AllToAll || c.kind == Kind::Interleaved) c.layout = Layout::Disjoint;  // no in-place form
   c.root = static_cast<int>(rng() % world);
   c.splits.assign(world, std::vector<int64_t>(world, 0));
@@ -1076,6 +1118,7 @@ Mutation parse_mutation(const char* s) {
   if (m == "relaxed-parity-done") return Mutation::RelaxedParityDone;
   if (m == "wide-unaligned") return Mutation::WideUnaligned;
   if (m == "all-own-slot") return Mutation::AllOwnSlot;
+  if (m == "no-peer-ready") return Mutation::NoPeerReady;
   if (!m.empty()) {
     std::fprintf(stderr, "unknown mutation '%s' (no-reuse-wait, one-parity, short-flag-period, one-tag-slot, "
                  "relaxed-parity-done, wide-unaligned, all-own-slot)\n", s);
@@ -1123,10 +1166,11 @@ int main(int argc, char** argv) {
     ++g_failed;
   }
   std::printf("cuda plan emulation: %d collectives (%lld launched, %lld on flagged lines, %lld parity plans, "
-              "%lld on wide lines, %lld ops, %lld local barriers, %lld own-slot waits, %lld catch-up waits), "
-              "%lld races, %d failed\n",
+              "%lld on wide lines, %lld into peer outputs, %lld ops, %lld local barriers, %lld own-slot waits, "
+              "%lld catch-up waits), %lld races, %d failed\n",
               ran, (long long)g_launches, (long long)g_line_launches, (long long)g_parity_launches,
-              (long long)g_wide_launches, (long long)g_ops, (long long)g_syncs, (long long)g_own_waits,
+              (long long)g_wide_launches, (long long)g_peer_output_launches, (long long)g_ops, (long long)g_syncs,
+              (long long)g_own_waits,
               (long long)g_catch_ups, (long long)g_races.load(), g_failed);
   return g_failed ? 1 : 0;
 }
