@@ -105,6 +105,25 @@ def worker(rank, path, result_path):
         if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
             errors.append(f"FSDP2 params differ by {(a - b).abs().max().item()}")
 
+    # FSDP2 with its communication buffers from the process group's allocator: purlin's symmetric
+    # pool, so its all-gathers write into the peers' outputs (NOTE [peer outputs]) and its
+    # reduce-scatters read inputs in place (NOTE [zero-copy]).
+    def fsdp_pool(group):
+        mesh = DeviceMesh.from_group(group, "cuda")
+
+        def wrap(n):
+            m = fully_shard(n, mesh=mesh)
+            m.set_allocate_memory_from_process_group_for_comm(True)
+            return m
+        return wrap
+
+    fsdp_module = getattr(getattr(torch.distributed, "fsdp", None), "FSDPModule", None)
+    if hasattr(fsdp_module, "set_allocate_memory_from_process_group_for_comm"):
+        got = full_params(train(model(1, dev), data, fsdp_pool(purlin)))
+        for a, b in zip(got, ref):
+            if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+                errors.append(f"FSDP2 (process-group allocation) params differ by {(a - b).abs().max().item()}")
+
     cnt = torch_purlin.counters(purlin, "cuda")
     fell_back = {op: c for op, c in cnt.items() if c[1]}
     if fell_back:
