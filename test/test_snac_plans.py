@@ -124,10 +124,10 @@ def test_peer_output_plans_need_both_waits(drop):
     """Without the destination's "free" signal awaited, or without waiting for the writers before
     returning, some schedule writes a peer's output outside its collective."""
     spec = specs.all_gather(3, 5)
-    flag = 2 if drop == "ready" else 1  # Consumed: output free; Staged: written
+    value = 1 if drop == "ready" else 2  # Staged steps: 1 output free, 2 written
     plans = [torch_purlin.make_plan(spec, r, 8, write_peer_outputs=True) for r in range(3)]
     for p in plans:
-        p["ops"] = [op for op in p["ops"] if not (op["code"] == 0 and op["flag"] == flag)]
+        p["ops"] = [op for op in p["ops"] if not (op["code"] == 0 and op["value"] == value)]
     failures = 0
     for seed in range(40):
         try:

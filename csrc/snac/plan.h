@@ -48,14 +48,16 @@
 //   phase 0's (session 13).
 // NOTE [peer outputs] — with write_peer_outputs (every rank's output in
 //   symmetric memory; Copy specs) nothing is staged and nothing is consumed:
-//   one round, no workspace. Each destination first raises Consumed to step 1
+//   one round, no workspace. Each destination first raises Staged to step 1
 //   at every rank that writes into it ("my output is free": the destination
 //   has reached this collective, so its earlier work on the output is done);
 //   each source waits for that from every destination, copies its chunks
 //   from its Input straight into each destination's Output, and raises
-//   Staged to step 1 there; each destination waits for Staged from every
-//   writer before it ends, so what follows it sees the data. Every block is
-//   a pure writer: no consume copy (docs/PERFORMANCE.md, session 14).
+//   Staged to step 2 there; each destination waits for step 2 from every
+//   writer before it ends, so what follows it sees the data. Both notices
+//   are Staged steps so that a writer's first wait for a peer is a Staged
+//   wait, the one an Atom checks the peer's call tag on. Every block is a
+//   pure writer: no consume copy (docs/PERFORMANCE.md, session 14).
 // NOTE [epochs] — flag values are step counters relative to the plan start;
 //   the executor adds the group's running base, so flags only ever grow and
 //   never need resetting (safe under graph replay with a device-side base).
@@ -163,7 +165,6 @@ struct Plan {
   int rounds = 0;
   uint64_t steps = 0;          // step counters advance by this much per run
   int64_t workspace_elems = 0; // highest workspace element used + 1
-  bool writes_peer_outputs = false;  // made with write_peer_outputs (NOTE [peer outputs])
   std::vector<Op> ops;
   std::vector<Ref> srcs;
 

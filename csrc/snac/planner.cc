@@ -356,7 +356,6 @@ class Planner {
     Plan plan;
     plan.rank = r;
     plan.world = W_;
-    plan.writes_peer_outputs = true;
     std::set<int> writers, dests;  // who writes into r's Output; whose Output r writes into
     bool any = false;
     for (const auto& ch : spec_.chunks) {
@@ -370,17 +369,20 @@ class Planner {
     if (!any) return plan;
     plan.rounds = 1;
     plan.steps = step_value(1, 0) - 1;
-    const uint64_t v = step_value(0, 0);
-    for (int s : writers) signal(plan, Flag::Consumed, s, v, "start: tell writers this output is free");
-    for (int d : dests) wait(plan, Flag::Consumed, d, v, "write: wait until the destination's output is free");
+    // Both notices are Staged steps (1: output free, 2: written), so a writer's first wait for a peer
+    // is a Staged wait, which the Atom checks against the peer's call tag (NOTE [call tags]): a peer
+    // running another collective is refused before anything is written into it.
+    const uint64_t free_v = step_value(0, 0), written_v = step_value(0, 1);
+    for (int s : writers) signal(plan, Flag::Staged, s, free_v, "start: tell writers this output is free");
+    for (int d : dests) wait(plan, Flag::Staged, d, free_v, "write: wait until the destination's output is free");
     for (const auto& ch : spec_.chunks) {
       if (ch.numel() == 0 || ch.sources[0].rank != r) continue;
       for (const auto& d : ch.dests)
         transfer(plan, OpCode::Copy, 0, ch.numel(), {Ref{Buf::Output, d.rank, 0}, Ref{Buf::Input, r, 0}},
                  {d.region, ch.sources[0].region}, d.rank == r ? "copy own chunk" : "write into the peer's output");
     }
-    for (int d : dests) signal(plan, Flag::Staged, d, v, "notify: written");
-    for (int s : writers) wait(plan, Flag::Staged, s, v, "end: wait for the writers");
+    for (int d : dests) signal(plan, Flag::Staged, d, written_v, "notify: written");
+    for (int s : writers) wait(plan, Flag::Staged, s, written_v, "end: wait for the writers");
     for (Op& op : plan.ops) op.round = 0;
     return plan;
   }

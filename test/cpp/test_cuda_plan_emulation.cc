@@ -940,7 +940,7 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     if (p.cs.peer_outputs && g_mutation == Mutation::NoPeerReady)  // writers do not wait for "output free"
       plans[r].ops.erase(std::remove_if(plans[r].ops.begin(), plans[r].ops.end(),
                                         [](const snac::Op& op) {
-                                          return op.code == snac::OpCode::Wait && op.flag == snac::Flag::Consumed;
+                                          return op.code == snac::OpCode::Wait && op.value == snac::step_value(0, 0);
                                         }),
                          plans[r].ops.end());
     p.calls[r].plan = cu::lower_plan(plans[r], cs.blocks, kEsize, aliases[r], shifts[r],

@@ -126,11 +126,8 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
         d.peer = op.peer;
         d.value = op.value;
         // NOTE [call tags]: the first Staged wait for each peer checks its tag, before this rank reads
-        // anything the peer staged; in peer-output plans (NOTE [peer outputs]) the first wait for
-        // each peer is the Consumed wait before this rank writes into the peer's output: that one
-        // checks, so a peer that runs another collective (its output elsewhere) is never written.
-        if (op.code == snac::OpCode::Wait && !tag_checked[op.peer] &&
-            (op.flag == snac::Flag::Staged || plan.writes_peer_outputs)) {
+        // anything the peer staged or (NOTE [peer outputs]) writes into the peer's output.
+        if (op.code == snac::OpCode::Wait && op.flag == snac::Flag::Staged && !tag_checked[op.peer]) {
           d.check_tag = 1;
           tag_checked[op.peer] = true;
         }
