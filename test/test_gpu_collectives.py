@@ -1438,16 +1438,23 @@ def _worker(rank, world, init_file, log_path):
         torch.cuda.synchronize()
         if kind.startswith("sizes"):
             t = torch.ones(1000 + 512 * rank, device=dev)  # ranks disagree on the element count
+        elif kind == "output pool placement":  # NOTE [peer outputs]: rank 0 would write into rank 1's pool
+            t = torch.full((1000,), rank + 1.0, device=dev)
+            pool_out = torch_purlin.empty(W * 1000, device=dev, group=bad)  # collective: both ranks
+            pool_out.fill_(-5)
+            out = pool_out if rank == 0 else torch.empty(W * 1000, device=dev)
         else:
             p = torch_purlin.empty(1000, device=dev, group=bad)  # collective: both ranks
             t = p if rank == 0 else torch.empty(1000, device=dev)
             t.fill_(1)
             out = torch.empty(W * 1000, device=dev)
         before = t.clone()
-        if kind != "pool placement":
-            dist.all_reduce(t, group=bad)
-        else:
+        if kind == "pool placement":
             dist.all_gather_into_tensor(out, t, group=bad)  # rank 0 zero-copy, rank 1 staged
+        elif kind == "output pool placement":
+            dist.all_gather_into_tensor(out, t, group=bad)  # rank 0 writes into peers' outputs, rank 1 pushes
+        else:
+            dist.all_reduce(t, group=bad)
         torch.cuda.synchronize()
         try:
             dist.all_reduce(warm, group=bad)
@@ -1457,11 +1464,15 @@ def _worker(rank, world, init_file, log_path):
             assert f"on rank {rank}" in msg and named and int(named.group(1)) != rank, msg
         else:
             raise AssertionError("no error after a mismatched call")
-        if kind != "pool placement":
+        if kind == "output pool placement":
+            # the call tag stopped rank 0 before it wrote: rank 1's (unused) pool block is untouched
+            assert_equal(pool_out, torch.full((W * 1000,), -5.0), "nothing written into a peer's pool")
+        elif kind != "pool placement":
             assert_equal(t, before, "nothing of the peer's data was read")
         dist.barrier(group=host)
 
-    for kind in ("sizes", "sizes, wide lines", "sizes, parity plan", "sizes, workspace plan", "pool placement"):
+    for kind in ("sizes", "sizes, wide lines", "sizes, parity plan", "sizes, workspace plan", "pool placement",
+                 "output pool placement"):
         R.check(kind, call_tag_case, kind)
 
     # -- timeout: a rank that never arrives is named, the process stays usable ------------------------------
