@@ -254,6 +254,15 @@ std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
 // admits one-shot in place.) Gather and scatter never read in place: only
 // their root may alias Input and Output, so its peers could not judge alike
 // and the call tags would refuse a valid call.
+bool CudaGroup::zero_copy_allowed(const Request& rq) const {
+  if (rq.op == CollOp::Gather || rq.op == CollOp::Scatter) return false;
+  const cu::IoAlias alias = alias_of(rq);
+  if (alias == cu::IoAlias::Disjoint) return true;
+  if (alias != cu::IoAlias::Same) return false;
+  if (rq.op == CollOp::Broadcast) return true;
+  return two_shot(rq);
+}
+
 // NOTE [peer outputs] (snac/plan.h): every rank's output in the symmetric
 // pool at the same offset (the call tag checks it) lets copy collectives
 // write straight into the peers' outputs. Only ops whose every rank has an
@@ -265,15 +274,6 @@ std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
 // some ranks only.
 bool CudaGroup::peer_outputs_allowed(const Request& rq) const {
   return (rq.op == CollOp::AllGather || rq.op == CollOp::Broadcast) && !rq.custom && rq.out_numel > 0;
-}
-
-bool CudaGroup::zero_copy_allowed(const Request& rq) const {
-  if (rq.op == CollOp::Gather || rq.op == CollOp::Scatter) return false;
-  const cu::IoAlias alias = alias_of(rq);
-  if (alias == cu::IoAlias::Disjoint) return true;
-  if (alias != cu::IoAlias::Same) return false;
-  if (rq.op == CollOp::Broadcast) return true;
-  return two_shot(rq);
 }
 
 // Whether a collective may run in a region (flagged lines, NOTE [line plans],
