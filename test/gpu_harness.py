@@ -72,6 +72,17 @@ def init_worker(rank, world, init_file, timeout):
     return dev
 
 
+def all_gather_input(out, mine, rank, in_place):
+    """This rank's all_gather input: `mine` copied into its own slot of `out` (c10d's in-place form), or `mine`
+    moved to out's device."""
+    if not in_place:
+        return mine.to(out.device)
+    n = mine.numel()
+    inp = out[rank * n:(rank + 1) * n]
+    inp.copy_(mine.to(out.device))
+    return inp
+
+
 def assert_equal(got, want, what):
     got, want = got.cpu(), want.cpu()
     assert got.dtype == want.dtype and got.shape == want.shape, \

@@ -24,8 +24,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import (Runner, assert_equal, check_exited_cleanly, check_family, gpus_missing, init_worker,
-                         purlin_group, run_suite, shares_gpu)
+from gpu_harness import (Runner, all_gather_input, assert_equal, check_exited_cleanly, check_family, gpus_missing,
+                         init_worker, purlin_group, run_suite, shares_gpu)
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "240"))
@@ -219,12 +219,7 @@ def _worker(rank, world, init_file, log_path):
     def all_gather_case(dtype, n, in_place):
         xs = inputs(n, dtype)
         out = torch.zeros(W * n, dtype=dtype, device=dev)
-        if in_place:
-            inp = out[rank * n:(rank + 1) * n]
-            inp.copy_(xs[rank].to(dev))
-        else:
-            inp = xs[rank].to(dev)
-        dist.all_gather_into_tensor(out, inp, group=pg)
+        dist.all_gather_into_tensor(out, all_gather_input(out, xs[rank], rank, in_place), group=pg)
         assert_equal(out, torch.cat(xs), f"all_gather_into_tensor {dtype} n={n} in_place={in_place}")
         if nccl is not None:
             ref = torch.zeros_like(out)
@@ -922,12 +917,7 @@ def _worker(rank, world, init_file, log_path):
         full = [make_input(R.seed(), r, n, dtype) for r in range(W)]
         if op == "all_gather_into_tensor":
             big, out = padded(W * n, dtype)
-            if in_place:
-                inp = out[rank * n:(rank + 1) * n]
-                inp.copy_(full[rank].to(dev))
-            else:
-                inp = full[rank].to(dev)
-            dist.all_gather_into_tensor(out, inp, group=zc)
+            dist.all_gather_into_tensor(out, all_gather_input(out, full[rank], rank, in_place), group=zc)
             want = torch.cat(full)
         else:
             big, out = padded(n, dtype)

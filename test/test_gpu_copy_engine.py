@@ -25,8 +25,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import (Runner, assert_equal, check_exited_cleanly, check_family, gpus_missing, init_worker,
-                         purlin_group, run_suite, shares_gpu)
+from gpu_harness import (Runner, all_gather_input, assert_equal, check_exited_cleanly, check_family, gpus_missing,
+                         init_worker, purlin_group, run_suite, shares_gpu)
 from mp_util import make_input
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
@@ -92,12 +92,7 @@ def _worker(rank, world, init_file, log_path):
     def all_gather_case(group, tag, dtype, n, in_place):
         xs = inputs(n, dtype)
         out = torch.zeros(W * n, dtype=dtype, device=dev)
-        if in_place:
-            inp = out[rank * n:(rank + 1) * n]
-            inp.copy_(xs[rank].to(dev))
-        else:
-            inp = xs[rank].to(dev)
-        dist.all_gather_into_tensor(out, inp, group=group)
+        dist.all_gather_into_tensor(out, all_gather_input(out, xs[rank], rank, in_place), group=group)
         what = f"all_gather_into_tensor{tag} {dtype} n={n} in_place={in_place}"
         assert_copy_engine(group, what)
         assert_equal(out, torch.cat(xs), what)

@@ -532,11 +532,12 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   const CachedPlan* cp = region_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
   int64_t pool_offset = -1, out_offset = -1;
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
-  const bool region_plan = cp && (cp->lines || cp->parity);
-  if (!region_plan && pool_ && peer_outputs_allowed(rq))  // NOTE [peer outputs] first: pure writers
-    out_offset = pool_->offset_of(rq.out, std::max<int64_t>(1, rq.out_numel * esize));
-  if (out_offset < 0 && !region_plan && pool_ && zero_copy_allowed(rq))
-    pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * esize));
+  if (pool_ && !(cp && (cp->lines || cp->parity))) {
+    if (peer_outputs_allowed(rq))  // NOTE [peer outputs] first: pure writers
+      out_offset = pool_->offset_of(rq.out, std::max<int64_t>(1, rq.out_numel * esize));
+    if (out_offset < 0 && zero_copy_allowed(rq))
+      pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * esize));
+  }
   if (out_offset >= 0) cp = &plan_for(rq, all, false, false, true);
   else if (!cp || pool_offset >= 0) cp = &plan_for(rq, all, pool_offset >= 0, false);
   const CachedPlan& c = *cp;
