@@ -65,6 +65,11 @@ def default_backend(world):
 def init_worker(rank, world, init_file, timeout):
     """A worker's start: binds the rank to its GPU (device_of), creates the default group
     (default_backend) through `init_file`; returns the rank's device."""
+    # The ranks share the host's cores: torch's intra-op threads (ops above 32K elements, e.g. the
+    # CPU references) would oversubscribe them, and an OpenMP region stalls while its threads wait
+    # for cores that spinning peer ranks hold: at world 8 on 16 cores, cases of >= 65537 elements
+    # took 2-7 s each (session 15), the smaller ones milliseconds.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dev = torch.device("cuda", device_of(rank))
     torch.cuda.set_device(dev)
     dist.init_process_group(default_backend(world), init_method=f"file://{init_file}", rank=rank, world_size=world,

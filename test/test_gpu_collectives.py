@@ -904,6 +904,25 @@ def _worker(rank, world, init_file, log_path):
 
     R.check("empty / pool reuse", allocate_tensor_api)
 
+    def pool_disagreement():
+        # NOTE [pool agreement on the host]: ranks asking for different sizes get an error on every rank
+        # (not blocks of different sizes at one offset), and the group's pool stays refused after it.
+        bad = purlin_group(timedelta(seconds=10))
+        ok = torch_purlin.empty(16, device=dev, group=bad)
+        assert ok.numel() == 16
+        for what in ("sizes differ", "after the failure"):
+            try:
+                torch_purlin.empty(1000 + 4096 * rank if what == "sizes differ" else 16, dtype=torch.uint8,
+                                   device=dev, group=bad)
+            except RuntimeError as e:
+                msg = str(e)
+                assert f"on rank {rank}" in msg and "same sizes in the same order" in msg, (what, msg)
+            else:
+                raise AssertionError(f"{what}: no error")
+        dist.barrier(group=host)
+
+    R.check("empty: ranks disagree on the size", pool_disagreement)
+
     # -- peer outputs: outputs in the pool are written by their peers (NOTE [peer outputs]) ----------------
     R.family = "peer_outputs"
     pad = 4096  # pool elements on each side of the output: any write outside it shows
@@ -915,6 +934,7 @@ def _worker(rank, world, init_file, log_path):
 
     def peer_outputs_case(op, n, dtype, in_place):
         full = [make_input(R.seed(), r, n, dtype) for r in range(W)]
+        before = torch_purlin.protocol_counts(zc).get(op, {}).get("copy+peer-outputs", 0)
         if op == "all_gather_into_tensor":
             big, out = padded(W * n, dtype)
             dist.all_gather_into_tensor(out, all_gather_input(out, full[rank], rank, in_place), group=zc)
@@ -925,6 +945,7 @@ def _worker(rank, world, init_file, log_path):
             dist.broadcast(out, src=W - 1, group=zc)
             want = full[W - 1]
         assert torch_purlin.last_launch(zc)["protocol"] == "copy+peer-outputs", torch_purlin.last_launch(zc)
+        assert torch_purlin.protocol_counts(zc)[op]["copy+peer-outputs"] == before + 1, torch_purlin.protocol_counts(zc)
         assert_equal(out, want, f"{op} n={n} in_place={in_place} into pool outputs")
         edge = torch.full((pad,), -7, dtype=dtype)
         assert_equal(big[:pad], edge, f"{op} n={n}: before the output")

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gpu_harness import gpus_missing, init_worker, shares_gpu
+from gpu_harness import gpus_missing, init_worker, purlin_group, shares_gpu
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 STEPS = 5
@@ -107,7 +107,9 @@ def worker(rank, path, result_path):
 
     # FSDP2 with its communication buffers from the process group's allocator: purlin's symmetric
     # pool, so its all-gathers write into the peers' outputs (NOTE [peer outputs]) and its
-    # reduce-scatters read inputs in place (NOTE [zero-copy]).
+    # reduce-scatters read inputs in place (NOTE [zero-copy]). This model's collectives are small
+    # enough for flagged lines and parity plans, which stage whatever the tensors; a group without
+    # them runs every size on workspace plans, where the pool placement counts.
     def fsdp_pool(group):
         mesh = DeviceMesh.from_group(group, "cuda")
 
@@ -118,11 +120,20 @@ def worker(rank, path, result_path):
         return wrap
 
     fsdp_module = getattr(getattr(torch.distributed, "fsdp", None), "FSDPModule", None)
+    pool_variant = "not in this torch (no FSDPModule.set_allocate_memory_from_process_group_for_comm)"
     if hasattr(fsdp_module, "set_allocate_memory_from_process_group_for_comm"):
-        got = full_params(train(model(1, dev), data, fsdp_pool(purlin)))
+        planned = purlin_group(timedelta(seconds=60), TORCH_PURLIN_CUDA_LINE_BYTES="0",
+                               TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+        got = full_params(train(model(1, dev), data, fsdp_pool(planned)))
         for a, b in zip(got, ref):
             if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
                 errors.append(f"FSDP2 (process-group allocation) params differ by {(a - b).abs().max().item()}")
+        ran = torch_purlin.protocol_counts(planned)
+        pool_variant = f"ran: {ran}"
+        if not any("+peer-outputs" in p for p in ran.get("all_gather_into_tensor", {})):
+            errors.append(f"FSDP2 (process-group allocation): no all-gather wrote into peer outputs: {ran}")
+        if not any("+zero-copy" in p for p in ran.get("reduce_scatter_tensor", {})):
+            errors.append(f"FSDP2 (process-group allocation): no reduce-scatter read its input in place: {ran}")
 
     cnt = torch_purlin.counters(purlin, "cuda")
     fell_back = {op: c for op, c in cnt.items() if c[1]}
@@ -131,7 +142,7 @@ def worker(rank, path, result_path):
     if not any(c[0] for c in cnt.values()):
         errors.append(f"no native CUDA op ran: {cnt}")
     with open(f"{result_path}.{rank}", "w") as f:
-        f.write("\n".join(errors) if errors else "ok " + repr(cnt))
+        f.write("\n".join(errors) if errors else f"ok {cnt!r}; FSDP2 on the process group's allocator {pool_variant}")
     dist.destroy_process_group()
 
 

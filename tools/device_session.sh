@@ -9,6 +9,7 @@
 #   knobs     purlin alone, 64M-1G graph mode, under other workspace sizes and push modes (KNOBS, KNOB_ARGS,
 #             KNOB_IMPLS to override; KNOB_IMPLS=purlin,purlin-sym,nccl puts the others beside each knob)
 #   host      host time per eager call, purlin vs NCCL (benchmarks/host_overhead.py; + nsys CUDA API summary)
+#   train     DDP / FSDP2 step time, purlin vs NCCL (benchmarks/train_step.py; TRAIN_ARGS to override)
 #   floor     benchmarks/probes/nvlink_floor.cu: per-kernel cost of empty / ping / 1 KB line kernels in a graph
 #   smoke     test/gpu/smoke.py (20 s) before the suite; a failure skips the suite
 # NPROC=N runs everything on N ranks / GPUs (default 2). With fewer GPUs than
@@ -141,6 +142,14 @@ if has host; then
   else
     say "nsys: not installed"
   fi
+fi
+if has train; then
+  # A training step's collectives as DDP and FSDP2 issue them, purlin vs NCCL (and FSDP2 on purlin's pool).
+  timeout 240 torchrun --nproc-per-node=$NPROC benchmarks/train_step.py ${TRAIN_ARGS:-} --json "$OUT/train_step.json" \
+    >"$OUT/train_step.txt" 2>"$LOGS/train.err"
+  say "train exit $?"
+  cat "$OUT/train_step.txt" >>"$S"
+  tail -5 "$LOGS/train.err" >>"$S"
 fi
 if has floor; then
   # The floor under a small collective (no torch, one process, both GPUs): docs/PERFORMANCE.md, session 8.

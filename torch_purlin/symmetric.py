@@ -39,3 +39,9 @@ def last_launch(group=None):
     """What the group's last CUDA collective ran: {'protocol', 'blocks' (SMs used), 'threads', 'overlapped'
     (launched with programmatic dependent launch, NOTE [overlapped launch])}."""
     return dict(get_purlin_backend(group, "cuda").last_launch())
+
+
+def protocol_counts(group=None):
+    """{op: {protocol: launches}} of the group's native CUDA collectives so far (the protocols
+    last_launch names; what ran on NCCL is counters(group, "cuda")'s fallback column)."""
+    return {op: dict(by) for op, by in get_purlin_backend(group, "cuda").protocol_counts().items()}

@@ -180,6 +180,7 @@ PYBIND11_MODULE(_C, m) {
              return py::dict(py::arg("protocol") = protocol, py::arg("blocks") = sms, py::arg("threads") = threads,
                              py::arg("overlapped") = overlapped);
            })
+      .def("protocol_counts", &backend::PurlinBackend::protocol_counts)
       .def(
           "run_spec",
           [](backend::PurlinBackend& self, const snac::Spec& spec, at::Tensor input, at::Tensor output) {

@@ -60,6 +60,10 @@ bool CudaPath::active() const { return impl_->scope != nullptr; }
 
 LastLaunch CudaPath::last_launch() const { return impl_->engine ? impl_->engine->last_launch() : LastLaunch{}; }
 
+ProtocolCounts CudaPath::protocol_counts() const {
+  return impl_->engine ? impl_->engine->protocol_counts() : ProtocolCounts{};
+}
+
 int64_t CudaPath::nccl_from(const std::string& op) const { return impl_->engine ? impl_->engine->nccl_from(op) : 0; }
 
 void CudaPath::note_nccl() {
@@ -90,7 +94,7 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
   int64_t off = -1;
   try {
     pool = impl_->engine->pool();
-    off = pool->allocate(nbytes, impl_->engine->exchange());
+    off = pool->allocate(nbytes, impl_->engine->pool_exchange());
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "purlin empty on rank ", impl_->rank, ": ", e.what());
   }

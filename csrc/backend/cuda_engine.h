@@ -25,6 +25,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,11 @@ struct LastLaunch {
   bool overlapped = false;  // launched with programmatic dependent launch (NOTE [overlapped launch])
 };
 
+// How many launches of each collective ran each protocol since the group's
+// CUDA path began: {op: {protocol: launches}} (LastLaunch::protocol's names;
+// NCCL's share is PurlinBackend::counters()'s fallback column).
+using ProtocolCounts = std::map<std::string, std::map<std::string, int64_t>>;
+
 // One per PurlinBackend; creates the group's CudaGroup (cuda_group.h) on first use.
 class CudaPath {
  public:
@@ -66,6 +72,7 @@ class CudaPath {
   // every rank calls it in the same order with the same sizes.
   at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options);
   LastLaunch last_launch() const;
+  ProtocolCounts protocol_counts() const;
   // NOTE [protocol table] (protocol_table.h): bytes from which `op` on CUDA
   // tensors runs on NCCL (0: never); call after unavailable() returned "".
   int64_t nccl_from(const std::string& op) const;
@@ -117,6 +124,7 @@ inline at::Tensor CudaPath::empty(at::IntArrayRef, const at::TensorOptions&) {
   TORCH_CHECK(false, "purlin: symmetric memory needs the CUDA datapath, which is not in this build");
 }
 inline LastLaunch CudaPath::last_launch() const { return {}; }
+inline ProtocolCounts CudaPath::protocol_counts() const { return {}; }
 inline int64_t CudaPath::nccl_from(const std::string&) const { return 0; }
 inline void CudaPath::note_nccl() {}
 inline bool CudaPath::capturing(const c10::Device&) { return false; }

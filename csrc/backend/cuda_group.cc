@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -215,6 +216,7 @@ CudaGroup::~CudaGroup() {
 void CudaGroup::set_timeout(std::chrono::milliseconds t) {
   timeout_ = t;
   if (a2a_atom_) a2a_atom_->set_timeout(t);
+  if (pool_atom_) pool_atom_->set_timeout(t);
 }
 
 std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
@@ -471,6 +473,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
                 (peer_outputs ? "+peer-outputs" : "") +
                 (c->wide ? "+wide-lines" : c->lines ? "+lines" : c->parity ? "+parity" : opt.push ? "+push" : "") +
                 (opt.push_reduced ? "+push-reduced" : "");
+  c->protocol_name = &*protocol_names_.insert(c->protocol).first;
   if (cu::fits_inline(c->plan)) {
     c->inl = std::make_unique<cu::InlinePlan>();
     cu::to_inline(c->plan, c->inl.get());
@@ -557,6 +560,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
     call.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
     call.stream = stream;
     last_ = LastLaunch{"copy-engine", 0, 0, false};
+    count_launch(rq.name, &*protocol_names_.insert("copy-engine").first);
     const std::string err = ce_->enqueue(call);
     if (!err.empty()) {
       broken_ = err;
@@ -602,8 +606,67 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   last_.blocks = c.blocks;
   last_.threads = l.threads;
   last_.overlapped = overlap_;
+  count_launch(rq.name, c.protocol_name);
   const cudaError_t e = cu::launch_plan(l, stream);
   if (e != cudaSuccess) throw std::runtime_error(error_prefix(rq.name, rank_) + cu::cuda_error_text(e, "launching the plan kernel"));
+}
+
+void CudaGroup::count_launch(const char* name, const std::string* protocol) {
+  ++launches_[{name, protocol}];
+}
+
+ProtocolCounts CudaGroup::protocol_counts() const {
+  ProtocolCounts out;
+  for (const auto& [key, n] : launches_)
+    out[static_cast<const char*>(key.first)][*static_cast<const std::string*>(key.second)] += n;
+  return out;
+}
+
+// NOTE [pool agreement on the host] Every block of the symmetric pool is
+// placed collectively (NOTE [pool agreement] in symmetric_pool.h): one or
+// more all-gathers of each rank's proposed offset. Through the Store each
+// costs a TCP round trip or more per rank, and FSDP2 with the process
+// group's allocator allocates several blocks per layer and step; the ranks of
+// a CUDA group share one host, so the proposals go through a shared-memory
+// arrival handshake instead (as all_to_all's split sizes: peer_meta()),
+// bounded by the group's timeout and naming the ranks that did not arrive.
+// Each message carries the pool's tag (call and attempt), so ranks that
+// allocate in different orders or sizes get an error, not a wrong block.
+std::vector<std::string> CudaGroup::pool_agree(const std::string& tag, const std::string& mine) {
+  constexpr size_t kBlob = 128;  // tag '\0' value '\0'
+  if (!pool_broken_.empty()) throw std::runtime_error(pool_broken_);
+  if (tag.size() + mine.size() + 2 > kBlob)
+    throw std::logic_error("purlin: symmetric pool message too long: " + tag + " " + mine);
+  if (!pool_atom_)
+    pool_atom_ = make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_));
+  std::string blob = tag;
+  blob.push_back('\0');
+  blob += mine;
+  blob.resize(kBlob, '\0');
+  const uint64_t n = ++pool_seq_;
+  const atom::WaitSite site{"empty", "symmetric pool: agree on a block's offset with every rank", n};
+  std::vector<std::string> all;
+  try {
+    int r = 0;
+    for (const std::byte* b : snac::arrive(*pool_atom_, n, blob.data(), blob.size(), site)) {
+      const char* c = reinterpret_cast<const char*>(b);
+      const std::string theirs(c, strnlen(c, kBlob));
+      if (theirs != tag)
+        throw std::runtime_error("rank " + std::to_string(r) + " is at symmetric pool step " + theirs +
+                                 ", this rank at " + tag +
+                                 " (every rank must allocate the same sizes in the same order)");
+      all.emplace_back(c + theirs.size() + 1, strnlen(c + theirs.size() + 1, kBlob - theirs.size() - 1));
+      ++r;
+    }
+  } catch (const std::exception& e) {
+    pool_broken_ = e.what();
+    throw;
+  }
+  return all;
+}
+
+cu::SymmetricPool::AllGather CudaGroup::pool_exchange() {
+  return [this](const std::string& tag, const std::string& mine) { return pool_agree(tag, mine); };
 }
 
 std::shared_ptr<cu::SymmetricPool> CudaGroup::pool() {

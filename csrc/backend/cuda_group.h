@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -52,8 +53,11 @@ class CudaGroup {
 
   // The group's symmetric pool, created by the first call (collective).
   std::shared_ptr<cu::SymmetricPool> pool();
+  // What SymmetricPool::allocate agrees through (NOTE [pool agreement on the host]).
+  cu::SymmetricPool::AllGather pool_exchange();
   const cu::SymmetricWorkspace::AllGather& exchange() const { return exchange_; }
   const LastLaunch& last_launch() const { return last_; }
+  ProtocolCounts protocol_counts() const;
   // NOTE [protocol table] (backend/protocol_table.h): bytes from which `op` runs
   // on NCCL (0: never), as agreed by the group at setup.
   int64_t nccl_from(const std::string& op) const { return nccl_table_.from(op); }
@@ -82,6 +86,7 @@ class CudaGroup {
     bool wide = false;                    // ... wide ones (NOTE [wide lines])
     bool parity = false;                  // a parity plan (NOTE [parity plans])
     std::string protocol;                 // for last_launch()
+    const std::string* protocol_name = nullptr;  // the same, in protocol_names_ (protocol_counts())
   };
 
   // "" or the RuntimeError text of the device error recorded in ws.
@@ -104,6 +109,7 @@ class CudaGroup {
   };
 
   std::vector<PeerMeta> peer_meta(const Request& rq);
+  std::vector<std::string> pool_agree(const std::string& tag, const std::string& mine);
   // `all`: every rank's arguments (peer_meta()), or empty: filled here when needed.
   const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
                              bool peer_outputs = false);
@@ -111,6 +117,8 @@ class CudaGroup {
                                  bool peer_outputs, cu::IoAlias alias, int64_t shift);
   bool region_wanted(const Request& rq) const;
   void order_after_last(cudaStream_t s);
+  // Counts a launch of `name` (a Request::name literal) running `protocol` (in protocol_names_).
+  void count_launch(const char* name, const std::string* protocol);
   bool zero_copy_allowed(const Request& rq) const;
   bool peer_outputs_allowed(const Request& rq) const;
   bool two_shot(const Request& rq) const;
@@ -134,6 +142,9 @@ class CudaGroup {
   bool overlap_ = false;  // NOTE [overlapped launch]: TORCH_PURLIN_CUDA_PDL on an sm_90+ GPU
   std::unique_ptr<atom::CpuAtom> a2a_atom_;  // all_to_all split exchange (shm_group.h), on first use
   uint64_t a2a_seq_ = 0;
+  std::unique_ptr<atom::CpuAtom> pool_atom_;  // pool offset agreement (shm_group.h), on first allocation
+  uint64_t pool_seq_ = 0;
+  std::string pool_broken_;  // a failed agreement: later allocations raise it
   cudaStream_t last_stream_ = nullptr;
   bool have_last_ = false;
   cudaEvent_t order_event_ = nullptr;
@@ -143,6 +154,17 @@ class CudaGroup {
   std::unique_ptr<cu::CopyEngineAtom> ce_;  // null unless every rank can use it
   int64_t ce_bytes_ = 0;
   LastLaunch last_;
+  // protocol_counts(): launches by (Request::name, the protocol's name in
+  // protocol_names_, whose nodes outlive any evicted plan); names are
+  // literals, so a launch costs a pointer-pair hash, not string work
+  // (NOTE [eager host path]).
+  struct PtrPairHash {
+    size_t operator()(const std::pair<const void*, const void*>& k) const {
+      return std::hash<const void*>()(k.first) * 31 + std::hash<const void*>()(k.second);
+    }
+  };
+  std::unordered_map<std::pair<const void*, const void*>, int64_t, PtrPairHash> launches_;
+  std::set<std::string> protocol_names_;
   NcclTable nccl_table_;
 };
 

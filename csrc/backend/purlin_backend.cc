@@ -53,6 +53,8 @@ std::tuple<std::string, int, int, bool> PurlinBackend::last_launch() const {
   return {l.protocol, l.blocks, l.threads, l.overlapped};
 }
 
+std::map<std::string, std::map<std::string, int64_t>> PurlinBackend::protocol_counts() const { return cuda().protocol_counts(); }
+
 CudaPath& PurlinBackend::cuda() const {
   if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_);
   return *cuda_;

@@ -94,6 +94,8 @@ class PurlinBackend : public c10d::Backend {
   at::Tensor empty_symmetric(at::IntArrayRef sizes, const at::TensorOptions& options);
   // (protocol, blocks, threads) of the group's last CUDA launch.
   std::tuple<std::string, int, int, bool> last_launch() const;
+  // {op: {protocol: launches}} of the group's native CUDA collectives (cuda_engine.h).
+  std::map<std::string, std::map<std::string, int64_t>> protocol_counts() const;
 
  private:
   // Why `op` on `tensors` cannot run natively ("" if it can). `table_bytes`:

@@ -66,7 +66,8 @@ int64_t SymmetricPool::allocate(int64_t nbytes, const AllGather& exchange) {
       mine = first_fit(floor, nbytes);
     }
     const std::vector<std::string> all =
-        exchange("pool/alloc/" + std::to_string(call) + "/" + std::to_string(attempt), std::to_string(mine));
+        exchange("pool/alloc/" + std::to_string(call) + "/" + std::to_string(attempt) + "/" + std::to_string(nbytes) + "B",
+                 std::to_string(mine));
     int64_t lo = INT64_MAX, hi = -1;
     bool full = false;
     for (const std::string& s : all) {

@@ -12,7 +12,10 @@
 // NOTE [pool agreement] Each rank proposes the lowest free offset >= a floor
 //   (first fit). Ranks can disagree only while some rank still holds a block
 //   that another already freed; then every rank retries from the highest
-//   proposal, which converges to the first place free on every rank.
+//   proposal, which converges to the first place free on every rank. The
+//   exchange's tag names the call, the attempt and the size, so an exchange
+//   that compares tags (CudaGroup's: NOTE [pool agreement on the host])
+//   refuses ranks that allocate different sizes or in different orders.
 // Torch-free.
 #pragma once
 
