@@ -16,6 +16,22 @@ SOURCES = ["csrc/snac/planner.cc", "csrc/snac/matched_waits.cc", "csrc/snac/spec
            "test/cpp/test_cuda_plan_emulation.cc"]
 
 
+def run_host_unit(tmp_path, test, cu_sources, libs=()):
+    """Builds test/cpp/<test>.cc with csrc/atom/cuda/<cu_sources> (host code only, compiled as C++) and runs
+    it; returns its stdout after checking that it built and exited 0."""
+    if not shutil.which("g++"):
+        pytest.skip("g++ is required")
+    exe = tmp_path / test
+    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), "-x", "c++",
+           *[str(ROOT / "csrc/atom/cuda" / c) for c in cu_sources], "-x", "none", str(ROOT / "test/cpp" / f"{test}.cc"),
+           *libs, "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
     if not shutil.which("g++"):
@@ -67,43 +83,26 @@ def test_plan_protocol_mutations_fail(emulator, mutation):
 
 def test_launch_config_tables(tmp_path):
     """Block counts by size and the line launch shapes (launch_config*.cu): tables, caps and the fixed override."""
-    if not shutil.which("g++"):
-        pytest.skip("g++ is required")
-    exe = tmp_path / "test_launch_config"
-    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), "-x", "c++",
-           str(ROOT / "csrc/atom/cuda/launch_config.cu"), str(ROOT / "csrc/atom/cuda/launch_config_sm90.cu"),
-           "-x", "none", str(ROOT / "test/cpp/test_launch_config.cc"), "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
-    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "0 failed" in r.stdout, r.stdout + r.stderr
+    out = run_host_unit(tmp_path, "test_launch_config", ["launch_config.cu", "launch_config_sm90.cu"])
+    assert "0 failed" in out, out
 
 
 def test_nvlink_probe_refuses_unknown_gpus(tmp_path):
     """NOTE [wide lines]: auto takes wide lines only where NVML confirms NVLink; GPUs it cannot find
     (or a machine without NVML, like CI) get a refusal with a reason."""
-    if not shutil.which("g++"):
-        pytest.skip("g++ is required")
-    exe = tmp_path / "test_nvlink_probe"
-    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), "-x", "c++",
-           str(ROOT / "csrc/atom/cuda/nvlink_probe.cu"), "-x", "none", str(ROOT / "test/cpp/test_nvlink_probe.cc"),
-           "-ldl", "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
-    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "0 failed" in r.stdout and "refused: " in r.stdout, r.stdout + r.stderr
+    out = run_host_unit(tmp_path, "test_nvlink_probe", ["nvlink_probe.cu"], libs=["-ldl"])
+    assert "0 failed" in out and "refused: " in out, out
+
+
+def test_pool_blocks(tmp_path):
+    """The symmetric pool's bookkeeping (pool_blocks.h): first fit, and freed blocks back in stream order
+    (NOTE [pool streams]): at once for their own stream, for others when their event is done."""
+    out = run_host_unit(tmp_path, "test_pool_blocks", ["pool_blocks.cu"])
+    assert out.strip().endswith("0 failed"), out
 
 
 def test_workspace_probe_rules(tmp_path):
     """The setup probes of a CUDA group (workspace_probe.h): encoding, one host, one GPU per rank unless every
     rank sets TORCH_PURLIN_CUDA_SHARE_GPU=1 (NOTE [shared GPU]), and the SM budget of ranks sharing a GPU."""
-    if not shutil.which("g++"):
-        pytest.skip("g++ is required")
-    exe = tmp_path / "test_workspace_probe"
-    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), "-x", "c++",
-           str(ROOT / "csrc/atom/cuda/workspace_probe.cu"), "-x", "none", str(ROOT / "test/cpp/test_workspace_probe.cc"),
-           "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
-    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and r.stdout.strip().endswith("0 failed"), r.stdout + r.stderr
+    out = run_host_unit(tmp_path, "test_workspace_probe", ["workspace_probe.cu"])
+    assert out.strip().endswith("0 failed"), out

@@ -923,6 +923,36 @@ def _worker(rank, world, init_file, log_path):
 
     R.check("empty: ranks disagree on the size", pool_disagreement)
 
+    def pool_streams():
+        # NOTE [pool streams]: a block freed while its stream's work is queued comes back at once for that stream,
+        # for another stream only after that work (a fresh group: a fresh pool, first fit from offset 0).
+        fresh = purlin_group(timedelta(seconds=30))
+        a, b = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
+        n = 1 << 20
+        with torch.cuda.stream(a):
+            x = torch_purlin.empty(n, dtype=torch.uint8, device=dev, group=fresh)
+            torch.cuda._sleep(100_000_000)  # tens of ms of queued work on a before x is written
+            x.fill_(rank + 1)
+        first = x.data_ptr()
+        del x
+        with torch.cuda.stream(b):
+            y = torch_purlin.empty(n, dtype=torch.uint8, device=dev, group=fresh)
+            y.fill_(200)
+        assert y.data_ptr() != first, "stream b got the block that stream a's queued work still writes"
+        with torch.cuda.stream(a):
+            z = torch_purlin.empty(n, dtype=torch.uint8, device=dev, group=fresh)
+        assert z.data_ptr() == first, "stream a does not reuse its own freed block at once"
+        torch.cuda.synchronize()
+        assert_equal(y, torch.full((n,), 200, dtype=torch.uint8), "stream b's block")
+        del z
+        torch.cuda.synchronize()
+        with torch.cuda.stream(b):
+            w = torch_purlin.empty(n, dtype=torch.uint8, device=dev, group=fresh)
+        assert w.data_ptr() == first, "after stream a's work completed, its freed block is free for stream b"
+        dist.barrier(group=host)
+
+    R.check("empty: freed blocks come back in stream order", pool_streams)
+
     # -- peer outputs: outputs in the pool are written by their peers (NOTE [peer outputs]) ----------------
     R.family = "peer_outputs"
     pad = 4096  # pool elements on each side of the output: any write outside it shows

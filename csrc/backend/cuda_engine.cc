@@ -94,7 +94,7 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
   int64_t off = -1;
   try {
     pool = impl_->engine->pool();
-    off = pool->allocate(nbytes, impl_->engine->pool_exchange());
+    off = pool->allocate(nbytes, impl_->engine->pool_exchange(), c10::cuda::getCurrentCUDAStream(dev.index()).stream());
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "purlin empty on rank ", impl_->rank, ": ", e.what());
   }

@@ -19,6 +19,7 @@ std::shared_ptr<SymmetricPool> SymmetricPool::create(int rank, int world, int de
   pool->rank_ = rank;
   pool->device_ = device;
   pool->bytes_ = (bytes + kAlign - 1) / kAlign * kAlign;
+  pool->blocks_ = PoolBlocks(pool->bytes_, kAlign);
   DeviceScope scope(device);
   std::string local;
   cudaIpcMemHandle_t handle;
@@ -45,25 +46,49 @@ std::shared_ptr<SymmetricPool> SymmetricPool::create(int rank, int world, int de
   return pool;
 }
 
-int64_t SymmetricPool::first_fit(int64_t floor, int64_t nbytes) const {
-  int64_t at = (floor + kAlign - 1) / kAlign * kAlign;
-  for (const auto& [off, len] : used_) {
-    if (off + len <= at) continue;
-    if (off >= at + nbytes) break;
-    at = (off + len + kAlign - 1) / kAlign * kAlign;
-  }
-  return at + nbytes <= bytes_ ? at : -1;
+namespace {
+
+int64_t round_up(int64_t v) { return (v + SymmetricPool::kAlign - 1) / SymmetricPool::kAlign * SymmetricPool::kAlign; }
+
+// The caching allocator's guard: event calls made here while another thread
+// captures a CUDA graph in global mode must not invalidate that capture.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+// PoolBlocks::Done for tokens that hold a cudaEvent_t. An error other than
+// "not ready" (a context being torn down) ends the wait too.
+bool event_done(const PoolBlocks::Token& token, bool wait) {
+  const cudaEvent_t e = static_cast<cudaEvent_t>(token.get());
+  const cudaError_t st = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);
+  cudaGetLastError();
+  return st != cudaErrorNotReady;
 }
 
-int64_t SymmetricPool::allocate(int64_t nbytes, const AllGather& exchange) {
-  nbytes = std::max<int64_t>(kAlign, (nbytes + kAlign - 1) / kAlign * kAlign);
+}  // namespace
+
+int64_t SymmetricPool::allocate(int64_t nbytes, const AllGather& exchange, cudaStream_t stream) {
+  nbytes = std::max<int64_t>(kAlign, round_up(nbytes));
   const uint64_t call = ++seq_;
   int64_t floor = 0;
   for (int attempt = 0; attempt < 64; ++attempt) {
     int64_t mine;
     {
       std::lock_guard<std::mutex> g(mu_);
-      mine = first_fit(floor, nbytes);
+      RelaxedCapture relaxed;
+      blocks_.reap(false, event_done);
+      mine = blocks_.first_fit(floor, nbytes, stream);
+      if (mine < 0 && blocks_.any_freed()) {  // NOTE [pool streams]: wait for freed blocks before saying "full"
+        blocks_.reap(true, event_done);
+        mine = blocks_.first_fit(floor, nbytes, stream);
+      }
     }
     const std::vector<std::string> all =
         exchange("pool/alloc/" + std::to_string(call) + "/" + std::to_string(attempt) + "/" + std::to_string(nbytes) + "B",
@@ -81,7 +106,7 @@ int64_t SymmetricPool::allocate(int64_t nbytes, const AllGather& exchange) {
                                std::to_string(nbytes) + " more bytes on some rank");
     if (lo == hi) {  // free on every rank (a local free() since only widened it)
       std::lock_guard<std::mutex> g(mu_);
-      used_[lo] = nbytes;
+      blocks_.take(lo, nbytes, stream);
       return lo;
     }
     floor = hi;
@@ -91,22 +116,49 @@ int64_t SymmetricPool::allocate(int64_t nbytes, const AllGather& exchange) {
 
 void SymmetricPool::free(int64_t offset) {
   std::lock_guard<std::mutex> g(mu_);
-  used_.erase(offset);
+  PoolBlocks::Stream stream = nullptr;
+  if (!blocks_.stream_of(offset, &stream)) return;
+  const cudaStream_t st = const_cast<cudaStream_t>(static_cast<const CUstream_st*>(stream));
+  DeviceScope scope(device_);
+  RelaxedCapture relaxed;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(st, &capturing) != cudaSuccess) capturing = cudaStreamCaptureStatusNone;
+  cudaGetLastError();
+  if (capturing != cudaStreamCaptureStatusNone) {  // NOTE [pool streams]: back for its own stream only
+    blocks_.retire(offset, nullptr);
+    return;
+  }
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    blocks_.retire(offset, nullptr);
+    return;
+  }
+  PoolBlocks::Token token(e, [](void* ev) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+    cudaGetLastError();
+  });
+  if (cudaEventRecord(e, st) != cudaSuccess) {
+    // The stream (or the context) is gone: nothing of it to wait for but the device.
+    cudaGetLastError();
+    cudaDeviceSynchronize();
+    cudaGetLastError();
+    blocks_.drop(offset);
+    return;
+  }
+  blocks_.retire(offset, std::move(token));
 }
 
 int64_t SymmetricPool::offset_of(const void* p, int64_t n) const {
   const char* c = static_cast<const char*>(p);
   if (!self_ || c < base() || c + n > base() + bytes_) return -1;
-  const int64_t off = c - base();
   std::lock_guard<std::mutex> g(mu_);
-  auto it = used_.upper_bound(off);
-  if (it == used_.begin()) return -1;
-  --it;
-  return off + n <= it->first + it->second ? off : -1;
+  return blocks_.live_offset(c - base(), n);
 }
 
 void SymmetricPool::release() {
   DeviceScope scope(device_);
+  blocks_.clear();  // the freed blocks' events
   close_ipc_peers(&peers_);
   if (self_) cudaFree(self_);
   self_ = nullptr;

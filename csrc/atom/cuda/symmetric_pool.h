@@ -16,16 +16,35 @@
 //   exchange's tag names the call, the attempt and the size, so an exchange
 //   that compares tags (CudaGroup's: NOTE [pool agreement on the host])
 //   refuses ranks that allocate different sizes or in different orders.
+// NOTE [pool streams] A freed block comes back as the CUDA caching
+//   allocator's blocks do: at once for allocations on the stream it was
+//   allocated on (stream order puts the new owner's work after the old
+//   owner's), for allocations on other streams only once the work queued on
+//   its stream when it was freed has completed (an event free() records).
+//   free() runs on the host when the tensor dies, typically while kernels
+//   that use it are still queued: before this (session 15) the block was
+//   free for any stream at once, so e.g. FSDP2, which allocates
+//   reduce-scatter inputs on the default stream and all-gather outputs on
+//   its all-gather stream from the process group's allocator, could have an
+//   all-gather write a block that a queued reduce-scatter still read. As
+//   with the caching allocator (without record_stream), a use on another
+//   stream than the allocating one must be ordered before the free by the
+//   caller. A first fit that finds no room waits for the freed blocks'
+//   events before the rank proposes "full". Blocks freed while their stream
+//   is capturing a CUDA graph come back for their own stream only.
 // Torch-free.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "atom/cuda/pool_blocks.h"
 
 namespace purlin::atom::cuda {
 
@@ -43,11 +62,13 @@ class SymmetricPool {
   SymmetricPool(const SymmetricPool&) = delete;
   SymmetricPool& operator=(const SymmetricPool&) = delete;
 
-  // Collective: a block of `nbytes` at an offset agreed by every rank.
-  // Returns the offset; throws std::runtime_error naming the cause when the
-  // pool is full or the ranks cannot agree.
-  int64_t allocate(int64_t nbytes, const AllGather& exchange);
-  void free(int64_t offset);  // local, thread-safe
+  // Collective: a block of `nbytes` at an offset agreed by every rank, for
+  // use in order on `stream` (NOTE [pool streams]). Returns the offset;
+  // throws std::runtime_error naming the cause when the pool is full or the
+  // ranks cannot agree.
+  int64_t allocate(int64_t nbytes, const AllGather& exchange, cudaStream_t stream);
+  // Local, thread-safe: the block comes back in stream order (NOTE [pool streams]).
+  void free(int64_t offset);
 
   char* base() const { return static_cast<char*>(self_); }
   int64_t bytes() const { return bytes_; }
@@ -57,7 +78,6 @@ class SymmetricPool {
 
  private:
   SymmetricPool() = default;
-  int64_t first_fit(int64_t floor, int64_t nbytes) const;  // caller holds mu_
   void release();
 
   int rank_ = 0, device_ = 0;
@@ -66,7 +86,7 @@ class SymmetricPool {
   std::vector<void*> peers_;
   uint64_t seq_ = 0;                   // allocate() calls so far (exchange tags)
   mutable std::mutex mu_;
-  std::map<int64_t, int64_t> used_;    // offset -> bytes
+  PoolBlocks blocks_{0, kAlign};       // guarded by mu_
 };
 
 }  // namespace purlin::atom::cuda

@@ -1,0 +1,153 @@
+// test_pool_blocks.cc — the symmetric pool's bookkeeping (pool_blocks.h):
+// first fit over live blocks, and freed blocks coming back in stream order
+// (NOTE [pool streams]): at once for their own stream, for other streams
+// only when their event is done; pieces cut by an allocation keep the rest
+// of a freed block waiting. Also a random run against a byte-map model.
+// No GPU needed: tokens stand for events, a set of done tokens for the GPU.
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "atom/cuda/pool_blocks.h"
+
+namespace cu = purlin::atom::cuda;
+using Stream = cu::PoolBlocks::Stream;
+
+static int failed = 0;
+
+static void expect(bool ok, const std::string& what) {
+  if (!ok) {
+    std::printf("FAIL: %s\n", what.c_str());
+    ++failed;
+  }
+}
+
+static const int kA = 1, kB = 2;
+static const Stream A = &kA, B = &kB;  // two stream keys
+constexpr int64_t K = 4096;
+
+struct Gpu {
+  std::set<const void*> done;
+  int waits = 0;
+  cu::PoolBlocks::Done fn() {
+    return [this](const cu::PoolBlocks::Token& t, bool wait) {
+      if (wait) {
+        ++waits;
+        done.insert(t.get());
+      }
+      return done.count(t.get()) > 0;
+    };
+  }
+};
+
+static cu::PoolBlocks::Token token() { return std::make_shared<int>(0); }
+
+int main() {
+  Gpu gpu;
+  {  // first fit over live blocks, alignment, floor, full
+    cu::PoolBlocks p(16 * K, K);
+    expect(p.first_fit(0, K, A) == 0, "empty pool: offset 0");
+    p.take(0, 2 * K, A);
+    p.take(2 * K, K, A);
+    expect(p.first_fit(0, K, A) == 3 * K, "after two live blocks");
+    expect(p.first_fit(5 * K + 1, K, A) == 6 * K, "a floor rounds up to the alignment");
+    expect(p.first_fit(0, 14 * K, A) == -1, "too large: full");
+    expect(p.live_offset(K, 10) == K && p.live_offset(K, K + 1) == -1, "live_offset: inside one block only");
+    p.drop(0);
+    expect(p.first_fit(0, 2 * K, B) == 0, "dropped: free for every stream");
+    expect(p.live_offset(0, 1) == -1, "a dropped block is not live");
+  }
+  {  // a freed block: its own stream at once, another stream after its event
+    cu::PoolBlocks p(16 * K, K);
+    p.take(0, 4 * K, A);
+    Stream s = nullptr;
+    expect(p.stream_of(0, &s) && s == A, "stream_of names the allocating stream");
+    auto t = token();
+    p.retire(0, t);
+    expect(!p.stream_of(0, &s), "a retired block is not live");
+    expect(p.live_offset(0, 1) == -1, "a retired block is not an input in the pool");
+    expect(p.first_fit(0, 4 * K, A) == 0, "own stream reuses at once");
+    expect(p.first_fit(0, 4 * K, B) == 4 * K, "another stream skips a block whose event is pending");
+    p.reap(false, gpu.fn());
+    expect(p.first_fit(0, 4 * K, B) == 4 * K, "still pending after a reap");
+    gpu.done.insert(t.get());
+    p.reap(false, gpu.fn());
+    expect(p.first_fit(0, 4 * K, B) == 0, "free for every stream once its event is done");
+    expect(!p.any_freed(), "reaped");
+  }
+  {  // an allocation on the own stream cuts a freed block: the uncovered ends keep waiting
+    cu::PoolBlocks p(16 * K, K);
+    p.take(0, 8 * K, A);
+    p.retire(0, token());
+    p.take(2 * K, 3 * K, A);  // [2K, 5K) live again; [0, 2K) and [5K, 8K) still freed for A only
+    expect(p.first_fit(0, K, B) == 8 * K, "other stream: neither end nor the live middle");
+    expect(p.first_fit(0, 2 * K, A) == 0, "own stream: the left end");
+    expect(p.first_fit(2 * K, 3 * K, A) == 5 * K, "own stream: the right end");
+    expect(p.first_fit(0, 3 * K, A) == 5 * K, "own stream: the left end is too small");
+    p.reap(true, gpu.fn());
+    expect(p.first_fit(0, 2 * K, B) == 0, "after waiting, free for every stream");
+    expect(gpu.waits == 2, "a wait per freed piece (" + std::to_string(gpu.waits) + ")");
+    gpu.waits = 0;
+  }
+  {  // a block freed during graph capture (null token) never returns to other streams
+    cu::PoolBlocks p(4 * K, K);
+    p.take(0, 2 * K, A);
+    p.retire(0, nullptr);
+    p.reap(true, gpu.fn());
+    expect(p.first_fit(0, 2 * K, A) == 0, "captured: own stream");
+    expect(p.first_fit(0, 2 * K, B) == 2 * K, "captured: never for another stream");
+    expect(gpu.waits == 0, "a null token is not waited for");
+  }
+  {  // random allocations and frees on two streams against a byte-map model
+    std::mt19937 rng(7);
+    constexpr int64_t kUnits = 64;
+    cu::PoolBlocks p(kUnits * K, K);
+    // per unit: 0 free, 1 live, 2 freed on A (pending), 3 freed on B (pending)
+    std::vector<int> model(kUnits, 0);
+    std::vector<std::shared_ptr<void>> tok(kUnits);
+    std::vector<std::pair<int64_t, int64_t>> live;  // (offset unit, units)
+    std::vector<Stream> live_stream;
+    int checked = 0;
+    for (int step = 0; step < 20000; ++step) {
+      const int what = static_cast<int>(rng() % 4);
+      if (what <= 1) {  // allocate
+        const Stream s = rng() % 2 ? A : B;
+        const int64_t units = 1 + rng() % 6;
+        const int64_t got = p.first_fit(0, units * K, s);
+        int64_t want = -1;  // model: lowest start where every unit is free or pending on s
+        for (int64_t u = 0; u + units <= kUnits && want < 0; ++u) {
+          bool ok = true;
+          for (int64_t v = u; v < u + units; ++v) ok &= model[v] == 0 || model[v] == (s == A ? 2 : 3);
+          if (ok) want = u * K;
+        }
+        expect(got == want, "random first fit step " + std::to_string(step));
+        ++checked;
+        if (got < 0) continue;
+        p.take(got, units * K, s);
+        for (int64_t v = got / K; v < got / K + units; ++v) model[v] = 1, tok[v].reset();
+        live.push_back({got / K, units});
+        live_stream.push_back(s);
+      } else if (what == 2 && !live.empty()) {  // free
+        const size_t i = rng() % live.size();
+        const auto [u, n] = live[i];
+        auto t = token();
+        p.retire(u * K, t);
+        for (int64_t v = u; v < u + n; ++v) model[v] = live_stream[i] == A ? 2 : 3, tok[v] = t;
+        live.erase(live.begin() + static_cast<long>(i));
+        live_stream.erase(live_stream.begin() + static_cast<long>(i));
+      } else {  // the GPU finishes some events; a reap frees them
+        for (int64_t v = 0; v < kUnits; ++v)
+          if (tok[v] && rng() % 3 == 0) gpu.done.insert(tok[v].get());
+        p.reap(false, gpu.fn());
+        for (int64_t v = 0; v < kUnits; ++v)
+          if (model[v] >= 2 && gpu.done.count(tok[v].get())) model[v] = 0, tok[v].reset();
+      }
+    }
+    expect(checked > 5000, "random run checked " + std::to_string(checked) + " fits");
+  }
+  std::printf("pool blocks: %d failed\n", failed);
+  return failed ? 1 : 0;
+}
