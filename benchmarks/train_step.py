@@ -50,6 +50,11 @@ def wrap_fsdp(net, group, pool):
     return net
 
 
+def _fsdp_has_pool_api():
+    fsdp_module = getattr(getattr(torch.distributed, "fsdp", None), "FSDPModule", None)
+    return hasattr(fsdp_module, "set_allocate_memory_from_process_group_for_comm")
+
+
 def step_ms(model, data, steps):
     """Median wall ms per optimizer step (synchronized) over `steps` steps after 3 warm-up steps."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -122,6 +127,10 @@ def main():
     for wrapper in ("ddp", "fsdp2"):
         for impl in impls:
             if wrapper == "ddp" and impl == "purlin-pool":
+                continue
+            if impl == "purlin-pool" and not _fsdp_has_pool_api():
+                if rank == 0:
+                    print("purlin-pool skipped: this torch's FSDP2 has no set_allocate_memory_from_process_group_for_comm")
                 continue
             group = groups["nccl" if impl == "nccl" else "purlin"]
             net = make_model(a.layers, a.hidden, dev)

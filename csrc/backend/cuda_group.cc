@@ -67,7 +67,11 @@ std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout
   else
     os << "waiting for rank " << e.peer << " (block " << e.block << " waited for the " << kind_name(e.kind)
        << " flag of its block " << e.from_block << " to reach step " << e.expected << ", saw " << e.seen << ")";
-  os << "; phase '" << cu::interned_name(e.phase) << "'. The group is unusable: destroy it and create a new one.";
+  os << "; phase '" << cu::interned_name(e.phase) << "'.";
+  if (e.kind != cu::kLocal)  // most mismatched calls end in the call-tag error, not all (NOTE [call tags])
+    os << " If rank " << e.peer << " is running, it may have called another collective, or this one with other "
+       << "sizes or options that run another protocol.";
+  os << " The group is unusable: destroy it and create a new one.";
   return os.str();
 }
 
