@@ -1516,6 +1516,28 @@ def _worker(rank, world, init_file, log_path):
                  "output pool placement"):
         R.check(kind, call_tag_case, kind)
 
+    def checked_calls_case():
+        # NOTE [checked calls]: sizes that put the ranks on different protocols (rank 0 on flagged lines, the others
+        # on workspace plans; without the check: the group's timeout) are named on the host before anything is
+        # launched, on every rank, and the group stays usable.
+        pg = purlin_group(timedelta(seconds=10), TORCH_PURLIN_CUDA_CHECK_CALLS="1")
+        t = torch.ones(1000 if rank == 0 else 8_000_000, device=dev)
+        try:
+            dist.all_reduce(t, group=pg)
+        except (RuntimeError, ValueError) as e:
+            msg = str(e)
+            assert f"on rank {rank}" in msg and "elements" in msg and "all_reduce" in msg, msg
+        else:
+            raise AssertionError("no error for sizes that differ across ranks")
+        torch.cuda.synchronize()
+        assert torch.all(t == 1).item(), "something ran after the checked error"
+        x = torch.full((4099,), float(rank + 1), device=dev)
+        dist.all_reduce(x, group=pg)
+        assert torch.all(x == W * (W + 1) / 2).item(), "the group is unusable after the checked error"
+        dist.barrier(group=host)
+
+    R.check("sizes across protocols, checked calls", checked_calls_case)
+
     # -- timeout: a rank that never arrives is named, the process stays usable ------------------------------
     R.family = "timeout"
     to = dist.new_group(backend="purlin", timeout=timedelta(seconds=3))

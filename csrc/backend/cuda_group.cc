@@ -104,6 +104,7 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
   if (push.empty())
     throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: empty (none turns pushing off)");
   debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
+  check_calls_ = env::get_bool("TORCH_PURLIN_CUDA_CHECK_CALLS");
   int major = 0;  // NOTE [overlapped launch]: programmatic dependent launch needs sm_90+
   overlap_ = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess && major >= 9 &&
              env::get_bool("TORCH_PURLIN_CUDA_PDL");
@@ -192,6 +193,13 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
       std::fprintf(stderr, "[purlin] rank 0: %s (TORCH_PURLIN_CUDA_SHARE_GPU): every size runs natively, up to %d "
                    "blocks per launch (logged once)\n", ws_->shared_gpu().c_str(), ws_->launch_config().max_blocks);
   }
+  // NOTE [checked calls]: on if every rank asks (each rank's launches must exchange alike).
+  bool all_check = true;
+  for (const std::string& a : exchange_("check-calls", check_calls_ ? "1" : "0")) all_check &= a == "1";
+  if (check_calls_ && !all_check && env::get_bool("TORCH_PURLIN_LOG"))
+    std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_CHECK_CALLS=1 here but not on every rank: off (logged once)\n",
+                 rank_);
+  check_calls_ = all_check;
   if (all_ce) ce_ = std::move(ce);
   else if (debug_ && mine > 0)
     std::fprintf(stderr, "[purlin] rank %d: copy-engine Atom unavailable here or on a peer: %s\n", rank_,
@@ -226,16 +234,23 @@ void CudaGroup::set_timeout(std::chrono::milliseconds t) {
 std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
   const std::vector<std::byte> blob = encode_meta(rq, world_);
   const PeerMeta mine = decode_meta(blob.data(), world_);
-  if (rq.op != CollOp::AllToAll) return std::vector<PeerMeta>(world_, mine);
+  if (rq.op != CollOp::AllToAll && !check_calls_) return std::vector<PeerMeta>(world_, mine);
   // all_to_all: the plan needs every rank's splits. They are exchanged on the
   // host through a shared-memory arrival handshake (NOTE [arrival]; the ranks
   // of a CUDA group share one host), microseconds instead of a Store round trip.
+  // NOTE [checked calls] With TORCH_PURLIN_CUDA_CHECK_CALLS every collective
+  // exchanges its arguments so, and check_agreement() names any difference
+  // before anything is launched: also the mismatched calls that the call tags
+  // cannot name because the ranks' sizes chose different protocols (lines,
+  // parity or workspace plans, different block counts), which otherwise wait
+  // for flags that never come until the group's timeout.
   if (!a2a_atom_) {
     a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_,
                                store_rendezvous(store_));
   }
   const uint64_t n = ++a2a_seq_;
-  const atom::WaitSite site{rq.name, "all_to_all: exchange split sizes with every rank", n};
+  const atom::WaitSite site{rq.name, rq.op == CollOp::AllToAll ? "all_to_all: exchange split sizes with every rank"
+                                                               : "check the call's arguments with every rank", n};
   std::vector<PeerMeta> all;
   try {
     for (const std::byte* b : snac::arrive(*a2a_atom_, n, blob.data(), blob.size(), site))
@@ -524,11 +539,13 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
     broken_ = err;
     throw std::runtime_error(err);
   }
-  if (!rq.error.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + rq.error);
-  // Every rank's arguments: exchanged on every all_to_all (its splits), else
-  // this rank's own, made by plan_for() only when its plan is not memoized.
+  // Every rank's arguments: exchanged on every all_to_all (its splits) and,
+  // with NOTE [checked calls], on every collective; else this rank's own,
+  // made by plan_for() only when its plan is not memoized. An exchange
+  // carries this rank's argument error too, so every rank raises it.
   std::vector<PeerMeta> all;
-  if (rq.op == CollOp::AllToAll) all = peer_meta(rq);
+  if (rq.op == CollOp::AllToAll || check_calls_) all = peer_meta(rq);
+  if (!rq.error.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + rq.error);
   // NOTE [zero-copy]: an input in the symmetric pool is read in place by the
   // peers (who must pass theirs at the same offset: NOTE [call tags]).
   // Small collectives run on flagged lines, mid-sized ones as parity plans,

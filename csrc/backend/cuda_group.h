@@ -139,6 +139,7 @@ class CudaGroup {
   bool push_copies_ = true, push_reductions_ = true, push_reduced_ = true;  // TORCH_PURLIN_CUDA_PUSH (NOTE [push])
   bool match_waits_ = true;  // NOTE [matched waits] (snac/plan.h)
   bool debug_ = false;
+  bool check_calls_ = false;  // NOTE [checked calls]: TORCH_PURLIN_CUDA_CHECK_CALLS on every rank
   bool overlap_ = false;  // NOTE [overlapped launch]: TORCH_PURLIN_CUDA_PDL on an sm_90+ GPU
   std::unique_ptr<atom::CpuAtom> a2a_atom_;  // all_to_all split exchange (shm_group.h), on first use
   uint64_t a2a_seq_ = 0;

@@ -96,6 +96,13 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_FORCE_NCCL", "",
        "Comma list of ops (or 'all') that always go to the NCCL fallback when their tensors are on CUDA."},
       {"TORCH_PURLIN_LOG", "1", "0 silences the once-per-(op, reason) fallback log lines on stderr."},
+      {"TORCH_PURLIN_CUDA_CHECK_CALLS", "0",
+       "1: every native CUDA collective first compares its arguments (op, dtype, reduce op, root, sizes) with "
+       "every rank's on the host, through shared memory, and raises naming the rank and what differs before "
+       "anything is launched; the group stays usable. A debugging aid: each call then waits on the host for every "
+       "rank's same call (microseconds when they are in step). Without it the GPU's call tags catch "
+       "mismatched calls that run the same protocol (NOTE [call tags]), while calls whose sizes put ranks on "
+       "different protocols end in the group's timeout. On only if every rank sets it (else logged once)."},
       {"TORCH_PURLIN_DEBUG", "0", "1 prints every new SNAC plan to stderr."},
   };
   return vars;
