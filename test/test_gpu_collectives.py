@@ -953,6 +953,30 @@ def _worker(rank, world, init_file, log_path):
 
     R.check("empty: freed blocks come back in stream order", pool_streams)
 
+    def pool_or_plain():
+        # NOTE [pool or plain]: torch's allocate_tensor (FSDP2's path) answers a full pool with ordinary memory on
+        # every rank (collectives on it stage), torch_purlin.empty raises instead.
+        small = purlin_group(timedelta(seconds=30), TORCH_PURLIN_CUDA_POOL_BYTES="64K",
+                             TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+        backend = small._get_backend(dev)
+        fits = backend.allocate_tensor(8192, dtype=torch.float32, device=dev)      # 32 KB: in the pool
+        big = backend.allocate_tensor(1 << 20, dtype=torch.float32, device=dev)    # 4 MB: no room anywhere
+        for t, want in ((fits, "copy+zero-copy"), (big, "copy+push")):
+            t.fill_(rank + 1)
+            out = torch.empty(W * t.numel(), device=dev)
+            dist.all_gather_into_tensor(out, t, group=small)
+            assert torch_purlin.last_launch(small)["protocol"] == want, (t.numel(), torch_purlin.last_launch(small))
+            assert_equal(out, torch.cat([torch.full((t.numel(),), r + 1.0) for r in range(W)]), f"n={t.numel()}")
+        try:
+            torch_purlin.empty(1 << 20, device=dev, group=small)
+        except RuntimeError as e:
+            assert f"on rank {rank}" in str(e) and "no room" in str(e), str(e)
+        else:
+            raise AssertionError("torch_purlin.empty did not raise on a full pool")
+        dist.barrier(group=host)
+
+    R.check("allocate_tensor: ordinary memory when the pool is full", pool_or_plain)
+
     # -- peer outputs: outputs in the pool are written by their peers (NOTE [peer outputs]) ----------------
     R.family = "peer_outputs"
     pad = 4096  # pool elements on each side of the output: any write outside it shows

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <optional>
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -17,6 +18,7 @@
 #include "backend/cuda_group.h"
 #include "backend/cuda_work.h"
 #include "backend/tensor_args.h"
+#include "common/env.h"
 
 namespace purlin::backend {
 
@@ -35,6 +37,7 @@ struct CudaPath::Impl {
   std::unique_ptr<CudaGroup> engine;
   std::string setup_failed;  // NOTE [setup agreement]: why this group's CUDA setup failed, for every later call
   CudaOpScope::State* scope = nullptr;
+  bool plain_logged = false;  // NOTE [pool or plain]
 };
 
 struct CudaOpScope::State {
@@ -76,12 +79,28 @@ bool CudaPath::capturing(const c10::Device& dev) {
   return st != cudaStreamCaptureStatusNone;
 }
 
-at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
+// NOTE [pool or plain] torch's Backend::allocateTensor is a request to try
+// (FSDP2: "whether to (try to) use the ProcessGroup's allocate_tensor"), so
+// where the group has no CUDA datapath (e.g. it spans hosts), no pool, or a
+// pool with no room on some rank, it returns ordinary CUDA memory, logged
+// once: collectives on it stage instead of reading it in place. Every rank
+// decides alike (the datapath's and the pool's setup are agreed, and so is
+// "full"), so the ranks' tensors stay all in the pool or all outside it.
+// torch_purlin.empty asks for symmetric memory by name and raises instead.
+at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& options, bool or_plain) {
   TORCH_CHECK(options.device().is_cuda(), "purlin empty on rank ", impl_->rank, ": symmetric memory is for CUDA tensors, got ",
               options.device().str());
   const c10::Device dev(c10::kCUDA, options.device().has_index() ? options.device().index()
                                                                   : c10::cuda::current_device());
+  auto plain = [&](const std::string& why) {
+    if (!impl_->plain_logged && env::get_bool("TORCH_PURLIN_LOG"))
+      std::fprintf(stderr, "[purlin] rank %d: allocateTensor returns ordinary CUDA memory (collectives on it stage "
+                   "instead of reading it in place): %s (logged once)\n", impl_->rank, why.c_str());
+    impl_->plain_logged = true;
+    return at::empty(sizes, options.device(dev));
+  };
   const std::string why = group_on(dev, "empty");
+  if (!why.empty() && or_plain) return plain(why);
   TORCH_CHECK(why.empty(), "purlin empty on rank ", impl_->rank, ": symmetric memory needs the CUDA datapath: ", why);
   c10::cuda::CUDAGuard guard(dev);
   int64_t numel = 1;
@@ -91,10 +110,18 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
   }
   const int64_t nbytes = numel * static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
   std::shared_ptr<atom::cuda::SymmetricPool> pool;
-  int64_t off = -1;
   try {
     pool = impl_->engine->pool();
+  } catch (const std::exception& e) {
+    if (or_plain) return plain(e.what());
+    TORCH_CHECK(false, "purlin empty on rank ", impl_->rank, ": ", e.what());
+  }
+  int64_t off = -1;
+  try {
     off = pool->allocate(nbytes, impl_->engine->pool_exchange(), c10::cuda::getCurrentCUDAStream(dev.index()).stream());
+  } catch (const atom::cuda::PoolFull& e) {
+    if (or_plain) return plain(e.what());
+    TORCH_CHECK(false, "purlin empty on rank ", impl_->rank, ": ", e.what());
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "purlin empty on rank ", impl_->rank, ": ", e.what());
   }

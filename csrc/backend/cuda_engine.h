@@ -69,8 +69,10 @@ class CudaPath {
   c10::intrusive_ptr<c10d::Work> run(Request& rq, const std::vector<at::Tensor>& outputs);
   void set_timeout(std::chrono::milliseconds timeout);
   // A tensor from the group's symmetric pool (NOTE [zero-copy]); collective:
-  // every rank calls it in the same order with the same sizes.
-  at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options);
+  // every rank calls it in the same order with the same sizes. or_plain
+  // (Backend::allocateTensor, NOTE [pool or plain]): ordinary CUDA memory,
+  // logged once, where the group has no pool or the pool is full.
+  at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options, bool or_plain = false);
   LastLaunch last_launch() const;
   ProtocolCounts protocol_counts() const;
   // NOTE [protocol table] (protocol_table.h): bytes from which `op` on CUDA
@@ -120,7 +122,7 @@ inline c10::intrusive_ptr<c10d::Work> CudaPath::run(Request& rq, const std::vect
   TORCH_CHECK(false, "purlin ", rq.name, ": the CUDA datapath is not available in this build");
 }
 inline void CudaPath::set_timeout(std::chrono::milliseconds) {}
-inline at::Tensor CudaPath::empty(at::IntArrayRef, const at::TensorOptions&) {
+inline at::Tensor CudaPath::empty(at::IntArrayRef, const at::TensorOptions&, bool) {
   TORCH_CHECK(false, "purlin: symmetric memory needs the CUDA datapath, which is not in this build");
 }
 inline LastLaunch CudaPath::last_launch() const { return {}; }

@@ -41,7 +41,7 @@ bool PurlinBackend::supportsTensorAlloc(c10::DeviceIndex) {
 }
 
 at::Tensor PurlinBackend::allocateTensor(long size, at::TensorOptions options) {
-  return empty_symmetric({static_cast<int64_t>(size)}, options);
+  return cuda().empty({static_cast<int64_t>(size)}, options, /*or_plain=*/true);  // NOTE [pool or plain]
 }
 
 at::Tensor PurlinBackend::empty_symmetric(at::IntArrayRef sizes, const at::TensorOptions& options) {

@@ -102,7 +102,7 @@ int64_t SymmetricPool::allocate(int64_t nbytes, const AllGather& exchange, cudaS
       hi = std::max(hi, v);
     }
     if (full)
-      throw std::runtime_error("purlin: the symmetric pool (" + std::to_string(bytes_) + " bytes, TORCH_PURLIN_CUDA_POOL_BYTES) has no room for " +
+      throw PoolFull("purlin: the symmetric pool (" + std::to_string(bytes_) + " bytes, TORCH_PURLIN_CUDA_POOL_BYTES) has no room for " +
                                std::to_string(nbytes) + " more bytes on some rank");
     if (lo == hi) {  // free on every rank (a local free() since only widened it)
       std::lock_guard<std::mutex> g(mu_);

@@ -39,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,13 @@
 #include "atom/cuda/pool_blocks.h"
 
 namespace purlin::atom::cuda {
+
+// SymmetricPool::allocate's "no room" (on every rank alike: some rank's pool
+// is full), which a caller may answer with ordinary memory.
+class PoolFull : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class SymmetricPool {
  public:
@@ -64,8 +72,8 @@ class SymmetricPool {
 
   // Collective: a block of `nbytes` at an offset agreed by every rank, for
   // use in order on `stream` (NOTE [pool streams]). Returns the offset;
-  // throws std::runtime_error naming the cause when the pool is full or the
-  // ranks cannot agree.
+  // throws PoolFull when some rank's pool has no room (every rank throws it),
+  // std::runtime_error naming the cause when the ranks cannot agree.
   int64_t allocate(int64_t nbytes, const AllGather& exchange, cudaStream_t stream);
   // Local, thread-safe: the block comes back in stream order (NOTE [pool streams]).
   void free(int64_t offset);
