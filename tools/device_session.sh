@@ -12,6 +12,7 @@
 #   train     DDP / FSDP2 step time, purlin vs NCCL (benchmarks/train_step.py; TRAIN_ARGS to override)
 #   floor     benchmarks/probes/nvlink_floor.cu: per-kernel cost of empty / ping / 1 KB line kernels in a graph
 #   smoke     test/gpu/smoke.py (20 s) before the suite; a failure skips the suite
+# PATCHES="a.patch b.patch" applies experiments (benchmarks/probes/*.patch) first.
 # NPROC=N runs everything on N ranks / GPUs (default 2). With fewer GPUs than
 # ranks (e.g. NPROC=4 on nvidia-h200) the ranks share GPUs: the script starts
 # CUDA MPS and sets TORCH_PURLIN_CUDA_SHARE_GPU=1 (NOTE [shared GPU]); the GPU
@@ -31,6 +32,14 @@ LOGS="$OUT/logs"
 mkdir -p "$LOGS"
 S="$OUT/summary.txt"
 say() { echo "$@" | tee -a "$S"; }
+# PATCHES="benchmarks/probes/x.patch ...": experiments applied to this copy of the tree before anything
+# builds (each call gets a fresh copy, so every call names its patches; a second invocation in one call
+# finds them applied).
+for patch in ${PATCHES:-}; do
+  if git apply --reverse --check "$patch" 2>/dev/null; then say "already applied: $patch"
+  elif git apply "$patch" 2>>"$S"; then say "applied $patch"
+  else say "PATCH FAILED: $patch"; exit 1; fi
+done
 parts="${*:-suite sanitize bench sweep}"
 # Ranks (= GPUs) for the tests and benchmarks: NPROC=4 / 8 on the larger kinds (issue 5).
 NPROC="${NPROC:-2}"
