@@ -34,7 +34,7 @@ def programs(tmp_path_factory):
     assert shutil.which("g++"), "g++ is required for the native Atom tests"
     reduce_test = [*ATOM_SOURCES, ROOT / "test/cpp/test_reduce_cpu.cc"]
     return _build_all(tmp_path_factory.mktemp("atom_cpu_native"), {
-        "test_cpu_atom": ([*ATOM_SOURCES, ROOT / "test/cpp/test_cpu_atom.cc"], []),
+        "test_cpu_atom": ([*ATOM_SOURCES, ROOT / "csrc/snac/arrival.cc", ROOT / "test/cpp/test_cpu_atom.cc"], []),
         "test_reduce_cpu": (reduce_test, []),
         # Baseline ISA only: the kernels the runtime dispatch picks on CPUs without AVX2.
         "test_reduce_cpu_baseline": (reduce_test, ["-DPURLIN_CPU_NO_CLONES"]),

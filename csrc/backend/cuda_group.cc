@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstring>
 #include <sstream>
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -656,34 +655,17 @@ ProtocolCounts CudaGroup::protocol_counts() const {
 std::vector<std::string> CudaGroup::pool_agree(const std::string& tag, const std::string& mine) {
   constexpr size_t kBlob = 128;  // tag '\0' value '\0'
   if (!pool_broken_.empty()) throw std::runtime_error(pool_broken_);
-  if (tag.size() + mine.size() + 2 > kBlob)
-    throw std::logic_error("purlin: symmetric pool message too long: " + tag + " " + mine);
   if (!pool_atom_)
     pool_atom_ = make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_));
-  std::string blob = tag;
-  blob.push_back('\0');
-  blob += mine;
-  blob.resize(kBlob, '\0');
   const uint64_t n = ++pool_seq_;
   const atom::WaitSite site{"empty", "symmetric pool: agree on a block's offset with every rank", n};
-  std::vector<std::string> all;
   try {
-    int r = 0;
-    for (const std::byte* b : snac::arrive(*pool_atom_, n, blob.data(), blob.size(), site)) {
-      const char* c = reinterpret_cast<const char*>(b);
-      const std::string theirs(c, strnlen(c, kBlob));
-      if (theirs != tag)
-        throw std::runtime_error("rank " + std::to_string(r) + " is at symmetric pool step " + theirs +
-                                 ", this rank at " + tag +
-                                 " (every rank must allocate the same sizes in the same order)");
-      all.emplace_back(c + theirs.size() + 1, strnlen(c + theirs.size() + 1, kBlob - theirs.size() - 1));
-      ++r;
-    }
+    return snac::arrive_tagged(*pool_atom_, n, "symmetric pool step " + tag, mine, site,
+                               " (every rank must allocate the same sizes in the same order)");
   } catch (const std::exception& e) {
     pool_broken_ = e.what();
     throw;
   }
-  return all;
 }
 
 cu::SymmetricPool::AllGather CudaGroup::pool_exchange() {

@@ -23,4 +23,27 @@ std::vector<const std::byte*> arrive(atom::HostAtom& atom, uint64_t seq, const v
   return out;
 }
 
+std::vector<std::string> arrive_tagged(atom::HostAtom& atom, uint64_t seq, const std::string& tag,
+                                       const std::string& value, const atom::WaitSite& site, const std::string& hint) {
+  const size_t len = atom.meta_bytes();
+  if (tag.size() + value.size() + 2 > len)
+    throw std::invalid_argument("purlin: a tagged exchange's message exceeds the meta slot: " + tag + " " + value);
+  std::string blob = tag;
+  blob.push_back('\0');
+  blob += value;
+  blob.resize(len, '\0');
+  const std::vector<const std::byte*> all = arrive(atom, seq, blob.data(), blob.size(), site);
+  std::vector<std::string> out;
+  out.reserve(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    const char* c = reinterpret_cast<const char*>(all[r]);
+    const std::string theirs(c, strnlen(c, len));
+    if (theirs != tag)
+      throw std::runtime_error("rank " + std::to_string(r) + " is at " + theirs + ", this rank at " + tag + hint);
+    const size_t at = theirs.size() + 1;
+    out.emplace_back(c + at, strnlen(c + at, len - at));
+  }
+  return out;
+}
+
 }  // namespace purlin::snac

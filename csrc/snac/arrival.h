@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "atom/atom.h"
@@ -24,5 +25,15 @@ namespace purlin::snac {
 // pointer to each rank's blob (index = rank), valid until seq + 2 begins.
 std::vector<const std::byte*> arrive(atom::HostAtom& atom, uint64_t seq, const void* blob, size_t len,
                                      const atom::WaitSite& site);
+
+// A string all-gather over arrive() for host protocols of several steps
+// (the CUDA pool's offset agreement: NOTE [pool agreement on the host] in
+// backend/cuda_group.cc): every rank publishes `tag` (the step it is at) and
+// `value` (tag.size() + value.size() + 2 <= atom.meta_bytes()) and gets every
+// rank's value in rank order. If some rank's tag differs, every rank throws
+// std::runtime_error "rank R is at <R's tag>, this rank at <tag>" + hint,
+// naming the first such rank.
+std::vector<std::string> arrive_tagged(atom::HostAtom& atom, uint64_t seq, const std::string& tag,
+                                       const std::string& value, const atom::WaitSite& site, const std::string& hint);
 
 }  // namespace purlin::snac

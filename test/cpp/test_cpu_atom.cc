@@ -1,6 +1,7 @@
 // test_cpu_atom.cc — multi-process test of CpuAtom (fork N ranks, N = 2, 3, 4).
 //
 // Covers: the create / attach / unlink lifecycle and a clean /dev/shm,
+// snac::arrive_tagged (the host's tagged string all-gather),
 // signal/wait chains in a ring (pull: read the peer's workspace) and all-to-all
 // (push: write into peers' workspaces, plus meta blobs and a reduce) with
 // monotonic flag values, the timeout error text and timing, and setup errors.
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "atom/cpu/cpu_atom.h"
+#include "snac/arrival.h"
 
 using purlin::atom::CpuAtom;
 using purlin::atom::FlagKind;
@@ -279,11 +281,50 @@ void errors(int r, Barrier&) {
 
 }  // namespace
 
+// snac::arrive_tagged over this Atom: every rank's value in rank order, many
+// steps in a row (the two parity slots reused); then one rank at another tag
+// makes every rank throw, naming a rank and carrying the hint.
+void tagged(int r, Barrier& bar) {
+  const int n = bar.n;
+  CpuAtom a(g_prefix, r, n, 4096, 128, 5000ms);
+  bar.wait();
+  a.attach_peers();
+  bar.wait();
+  a.unlink_own();
+  for (uint64_t seq = 1; seq <= 200; ++seq) {
+    const std::vector<std::string> v = purlin::snac::arrive_tagged(
+        a, seq, "step " + std::to_string(seq), std::to_string(r * 1000 + seq), WaitSite{"tagged", "agree", seq}, "");
+    require(static_cast<int>(v.size()) == n, "tagged: one value per rank");
+    for (int p = 0; p < n; ++p)
+      require(v[p] == std::to_string(p * 1000 + seq), "tagged: rank " + std::to_string(p) + "'s value at step " +
+                                                          std::to_string(seq) + " is '" + v[p] + "'");
+  }
+  const std::string tag = r == n - 1 ? "step ahead" : "step 201";
+  std::string what;
+  try {
+    purlin::snac::arrive_tagged(a, 201, tag, "0", WaitSite{"tagged", "agree", 201}, " (the hint)");
+  } catch (const std::runtime_error& e) {
+    what = e.what();
+  }
+  const std::string other = r == n - 1 ? "rank 0 is at step 201" : "rank " + std::to_string(n - 1) + " is at step ahead";
+  require(what.find(other) != std::string::npos && what.find("(the hint)") != std::string::npos,
+          "tagged: rank " + std::to_string(r) + " got '" + what + "'");
+  bool too_long = false;
+  try {
+    purlin::snac::arrive_tagged(a, 202, std::string(100, 'x'), std::string(100, 'y'), WaitSite{"tagged", "agree", 202}, "");
+  } catch (const std::invalid_argument&) {
+    too_long = true;
+  }
+  require(too_long, "tagged: a message longer than the meta slot is refused before anything is published");
+  bar.wait();
+}
+
 int main() {
   for (int n : {2, 3, 4}) {
     run_case("lifecycle", n, lifecycle);
     run_case("ring", n, ring);
     run_case("all_to_all", n, all_to_all);
+    run_case("arrive_tagged", n, tagged);
   }
   run_case("timeout", 2, timeout);
   run_case("errors", 1, errors);
