@@ -20,12 +20,9 @@
 // NOTE [call tags] A GPU collective has no host handshake either to check
 //   that the ranks called the same collective. Each launch carries a
 //   signature (a hash of the Spec, the dtype and, for zero-copy plans, the
-//   input's place in the symmetric pool); block 0 writes tag = call_tag(
-//   signature, base) (call_tag.h) into every peer's call_tag word before it
-//   signals anything, and the first Staged wait on each peer compares that
-//   peer's tag with its own, watching it already while it waits (NOTE
-//   [tagged waits]: mismatched calls may launch other block counts, whose
-//   flag slots never come).
+//   input's place in the symmetric pool); block 0 writes tag = mix(signature,
+//   base) into every peer's call_tag word before it signals anything, and the
+//   first Staged wait on each peer compares that peer's tag with its own.
 //   A mismatch is recorded like a timeout (kind kCallTag) before any of the
 //   peer's data is read: the rank stops, the group is broken, and the host
 //   raises "rank P called <op> with other arguments". The Staged release of
@@ -60,7 +57,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "atom/cuda/call_tag.h"
 #include "atom/cuda/copy.cuh"
 #include "atom/cuda/plan_kernel.h"
 #include "atom/cuda/reduce.cuh"
@@ -103,6 +99,12 @@ struct KernelParams {
   int lines;             // kNarrowLines / kWideLines: run the plan over flagged lines (line_kernel.cuh)
   int parity;            // 1: a parity plan (NOTE [parity plans])
 };
+
+__device__ __forceinline__ uint64_t call_tag(uint64_t sig, uint64_t base) {
+  uint64_t x = sig ^ (base * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 31;
+  return x * 0xBF58476D1CE4E5B9ull + 1;  // never 0, the pad's initial value
+}
 
 namespace detail {
 
@@ -219,56 +221,6 @@ __device__ __forceinline__ void stage_plan(const KernelParams& p, DevOp* s_ops, 
   }
 }
 
-// NOTE [tagged waits] A Wait that checks the call tag (a first Staged wait on
-// a peer) also watches the peer's tag word, which the peer writes into this
-// rank's pad before it signals anything. Ranks whose calls differ may run
-// different block counts or round shapes, so the flag slot awaited may never
-// be raised (session 15, world 8: sizes 1000 + 512 x rank on a parity plan
-// timed out instead of naming the call). A tag of this collective (same high
-// half) that differs from this rank's fails the wait at once with the
-// call-tag record (tag_of_other_call, call_tag.h); the tag check after the
-// wait stays as it was. A 0 is a slot never written: its high half equals a
-// first collective's (base 0); the first form of this check missed that and
-// failed every group's first plan-kernel collective on a GPU (session 15).
-// The tag is watched once a wait has lasted kTagWatchAfterNs (20 us), so a
-// valid call's polls cost no extra load. The CPU emulation polls the tag word
-// on every iteration, a superset of these reads (its mutation `tag-zero`
-// drops the 0 test and must fail).
-constexpr uint64_t kTagWatchAfterNs = 20000;
-__device__ __forceinline__ bool wait_all_tagged(const uint64_t* flags, int count, uint64_t target,
-                                                const WaitSite& site, int peer, int kind, uint32_t phase, int first,
-                                                const volatile uint64_t* tag_word, uint64_t my_tag) {
-  bool ok = true;
-  for (int i = threadIdx.x; i < count && ok; i += blockDim.x) {
-    const uint64_t* f = flags + i;
-    uint64_t seen = ptx::ld_acquire_sys(f);
-    if (seen >= target) continue;
-    const uint64_t t0 = ptx::globaltimer_ns();
-    while (seen < target) {
-      const uint64_t waited = ptx::globaltimer_ns() - t0;
-      // Only a wait that is already long looks at the tag: a valid call's flag
-      // usually comes first, and its poll then pays no extra load.
-      if (waited > kTagWatchAfterNs) {
-        const uint64_t tag = *tag_word;
-        if (tag_of_other_call(tag, my_tag)) {
-          WaitSite raw = site;
-          raw.base = 0;
-          record_timeout(raw, peer, 0, kCallTag, my_tag, tag, phase, 0);
-          ok = false;
-          break;
-        }
-      }
-      if (waited > site.timeout_ns) {
-        record_timeout(site, peer, first + i, kind, target, seen, phase, waited);
-        ok = false;
-        break;
-      }
-      seen = ptx::ld_acquire_sys(f);
-    }
-  }
-  return __syncthreads_and(ok) != 0;
-}
-
 // A rank's block-to-block barrier (NOTE [local barriers] in device_plan.h).
 __device__ __forceinline__ bool local_sync(const KernelParams& p, const DevOp& op, uint64_t lbase, const WaitSite& site,
                                            int G) {
@@ -342,15 +294,9 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
           // NOTE [matched waits] (snac/plan.h): an own-slot wait polls only the peer's block b, which alone
           // wrote (or read) what block b touches next; any other wait polls all G blocks' slots.
           const int first = op.own_slot ? b : 0;
-          if (op.check_tag) {  // NOTE [tagged waits]
-            if (!detail::wait_all_tagged(p.pad + L.flag(op.flag, op.peer, first), op.own_slot ? 1 : G,
-                                         base + op.value, site, op.peer, op.flag, op.phase, first,
-                                         p.pad + tag_slot + op.peer, my_tag))
-              return;
-          } else if (!wait_all<true>(p.pad + L.flag(op.flag, op.peer, first), op.own_slot ? 1 : G, base + op.value,
-                                     site, op.peer, op.flag, op.phase, 1, -1, first)) {
+          if (!wait_all<true>(p.pad + L.flag(op.flag, op.peer, first), op.own_slot ? 1 : G, base + op.value, site,
+                              op.peer, op.flag, op.phase, 1, -1, first))
             return;
-          }
         }
         if (op.check_tag) {
           bool bad = false;
