@@ -12,13 +12,19 @@
 
 namespace purlin::atom::cuda {
 
+namespace {
+
+int64_t round_up(int64_t v) { return (v + SymmetricPool::kAlign - 1) / SymmetricPool::kAlign * SymmetricPool::kAlign; }
+
+}  // namespace
+
 std::shared_ptr<SymmetricPool> SymmetricPool::create(int rank, int world, int device, int64_t bytes,
                                                      uint64_t* pad_table, const AllGather& exchange,
                                                      std::string* why) {
   std::shared_ptr<SymmetricPool> pool(new SymmetricPool());
   pool->rank_ = rank;
   pool->device_ = device;
-  pool->bytes_ = (bytes + kAlign - 1) / kAlign * kAlign;
+  pool->bytes_ = round_up(bytes);
   pool->blocks_ = PoolBlocks(pool->bytes_, kAlign);
   DeviceScope scope(device);
   std::string local;
@@ -47,8 +53,6 @@ std::shared_ptr<SymmetricPool> SymmetricPool::create(int rank, int world, int de
 }
 
 namespace {
-
-int64_t round_up(int64_t v) { return (v + SymmetricPool::kAlign - 1) / SymmetricPool::kAlign * SymmetricPool::kAlign; }
 
 // The caching allocator's guard: event calls made here while another thread
 // captures a CUDA graph in global mode must not invalidate that capture.
