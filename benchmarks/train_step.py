@@ -1,7 +1,7 @@
 """train_step.py — time per training step, DDP and FSDP2 (fully_shard), purlin vs NCCL, in one run.
 
     torchrun --nproc-per-node=2 benchmarks/train_step.py [--layers 8] [--hidden 4096] [--batch 16]
-        [--steps 20] [--impls nccl,purlin,purlin-pool] [--json PATH]
+        [--steps 20] [--impls nccl,purlin,purlin-pool] [--json PATH] [--profile N]
 
 The collectives of a real step (DDP's bucketed all_reduce; FSDP2's all-gathers and
 reduce-scatters, one pair per layer) under the same model, data and processes:
@@ -17,6 +17,8 @@ Rank 0 prints one row per (wrapper, impl): median step ms over --steps steps aft
 steps, and the speedup over nccl in the same run; then the protocols purlin's groups ran
 (torch_purlin.protocol_counts) and the host cost of one torch_purlin.empty() next to a
 Store round trip (what each agreement cost before it moved to shared memory).
+--profile N: N more steps of each FSDP2 row under torch.profiler; rank 0 prints the ops and kernels
+that took the most self CUDA time and self CPU time (where a pool row's extra time goes).
 Ranks sharing a GPU (TORCH_PURLIN_CUDA_SHARE_GPU, NOTE [shared GPU]): no nccl rows.
 """
 import argparse
@@ -72,6 +74,26 @@ def step_ms(model, data, steps):
     return statistics.median(times)
 
 
+def profile_table(model, data, steps):
+    """The top self-CUDA and self-CPU entries of `steps` profiled steps (after step_ms warmed the model up)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(steps):
+            x, y = data[i % len(data)]
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        torch.cuda.synchronize()
+    avg = prof.key_averages()
+    ours = [f"{e.key}: {e.count} calls, {e.cpu_time_total / max(e.count, 1):.1f} us CPU each, "
+            f"{e.cpu_time_total / 1e3 / steps:.2f} ms per step" for e in avg if e.key.startswith("purlin::")]
+    return (avg.table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=60) + "\n" +
+            avg.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60) + "\n" +
+            "purlin host ranges (allocation and its agreement): " + ("; ".join(ours) or "none"))
+
+
 def empty_us(group, dev, calls=200):
     """Host microseconds per torch_purlin.empty(1 MB) + free, ranks started together."""
     import torch_purlin
@@ -105,6 +127,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--impls", default="nccl,purlin,purlin-pool")
     ap.add_argument("--json", default="")
+    ap.add_argument("--profile", type=int, default=0, help="profile N more steps of each FSDP2 row (rank 0 prints)")
     a = ap.parse_args()
 
     import torch_purlin
@@ -140,6 +163,10 @@ def main():
                 model = wrap_fsdp(net, group, impl == "purlin-pool")
             ms = step_ms(model, data, a.steps)
             rows.append({"wrapper": wrapper, "impl": impl, "step_ms": ms})
+            if a.profile and wrapper == "fsdp2":
+                table = profile_table(model, data, a.profile)
+                if rank == 0:
+                    print(f"== profile: {wrapper} {impl}, {a.profile} steps, rank 0\n{table}", flush=True)
             del model, net
             torch.cuda.empty_cache()
     base = {r["wrapper"]: r["step_ms"] for r in rows if r["impl"] == "nccl"}

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include <ATen/ops/empty.h>
+#include <ATen/record_function.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -88,6 +89,7 @@ bool CudaPath::capturing(const c10::Device& dev) {
 // "full"), so the ranks' tensors stay all in the pool or all outside it.
 // torch_purlin.empty asks for symmetric memory by name and raises instead.
 at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& options, bool or_plain) {
+  RECORD_FUNCTION(or_plain ? "purlin::allocate_tensor" : "purlin::empty", std::vector<c10::IValue>());
   TORCH_CHECK(options.device().is_cuda(), "purlin empty on rank ", impl_->rank, ": symmetric memory is for CUDA tensors, got ",
               options.device().str());
   const c10::Device dev(c10::kCUDA, options.device().has_index() ? options.device().index()
@@ -102,7 +104,7 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
   const std::string why = group_on(dev, "empty");
   if (!why.empty() && or_plain) return plain(why);
   TORCH_CHECK(why.empty(), "purlin empty on rank ", impl_->rank, ": symmetric memory needs the CUDA datapath: ", why);
-  c10::cuda::CUDAGuard guard(dev);
+  c10::cuda::CUDAGuard device_guard(dev);
   int64_t numel = 1;
   for (int64_t d : sizes) {
     TORCH_CHECK(d >= 0, "purlin empty on rank ", impl_->rank, ": negative size ", d);

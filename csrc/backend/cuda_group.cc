@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include <ATen/record_function.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -89,6 +90,7 @@ std::string CudaGroup::read_error(const cu::SymmetricWorkspace& ws, std::chrono:
 void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table) {
   constexpr const char* kTwoShot = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES";  // NOTE [protocol table]
   two_shot_bytes_ = bytes_for_world(env::get(kTwoShot), world_, kTwoShot);
+  pool_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_POOL_BYTES");  // read with the rest: the pool itself comes later
   match_waits_ = env::get_bool("TORCH_PURLIN_CUDA_MATCHED_WAITS");
   push_copies_ = push_reductions_ = push_reduced_ = false;
   const std::vector<std::string> push = env::get_list("TORCH_PURLIN_CUDA_PUSH");  // NOTE [push]
@@ -654,6 +656,7 @@ ProtocolCounts CudaGroup::protocol_counts() const {
 // allocate in different orders or sizes get an error, not a wrong block.
 std::vector<std::string> CudaGroup::pool_agree(const std::string& tag, const std::string& mine) {
   constexpr size_t kBlob = 128;  // tag '\0' value '\0'
+  RECORD_FUNCTION("purlin::pool_agree", std::vector<c10::IValue>());  // the host wait for every rank, in profiles
   if (!pool_broken_.empty()) throw std::runtime_error(pool_broken_);
   if (!pool_atom_)
     pool_atom_ = make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_));
@@ -678,7 +681,7 @@ std::shared_ptr<cu::SymmetricPool> CudaGroup::pool() {
   c10::cuda::CUDAGuard guard(device_);
   std::string why;
   uint64_t* table = static_cast<uint64_t*>(ws_->self()) + ws_->layout().pool_table(0);
-  pool_ = cu::SymmetricPool::create(rank_, world_, device_, env::get_bytes("TORCH_PURLIN_CUDA_POOL_BYTES"), table,
+  pool_ = cu::SymmetricPool::create(rank_, world_, device_, pool_bytes_, table,
                                     exchange_, &why);
   if (!pool_) {
     pool_error_ = "purlin: the symmetric pool is unavailable: " + why;

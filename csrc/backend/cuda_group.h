@@ -152,6 +152,7 @@ class CudaGroup {
   cu::SymmetricWorkspace::AllGather exchange_;
   std::shared_ptr<cu::SymmetricPool> pool_;
   std::string pool_error_;
+  int64_t pool_bytes_ = 0;  // TORCH_PURLIN_CUDA_POOL_BYTES when the group was created (the pool is made on first use)
   std::unique_ptr<cu::CopyEngineAtom> ce_;  // null unless every rank can use it
   int64_t ce_bytes_ = 0;
   LastLaunch last_;

@@ -75,7 +75,8 @@ const std::vector<Var>& registry() {
        "for)."},
       {"TORCH_PURLIN_CUDA_POOL_BYTES", "4G",
        "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
-       "every peer maps; collectives read inputs from it in place). Allocated on first use."},
+       "every peer maps; collectives read inputs from it in place). Read when the group is created, allocated on "
+       "first use."},
       {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_reduce@2=256M,all_to_all=1G,broadcast=64M",
        "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h): family=bytes items "
        "(family@W=bytes: a row for groups of W ranks only, replacing the family's row there); a "
