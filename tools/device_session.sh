@@ -50,7 +50,16 @@ if [ "$NPROC" -gt "${GPUS:-0}" ] && [ "${GPUS:-0}" -gt 0 ]; then
   # Ranks share GPUs: their kernels wait for each other, so they must run concurrently (MPS).
   export TORCH_PURLIN_CUDA_SHARE_GPU=1 CUDA_MPS_PIPE_DIRECTORY=/tmp/purlin_mps CUDA_MPS_LOG_DIRECTORY=/tmp/purlin_mps_log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if [ "${PURLIN_MPS:-1}" = 1 ] && ! echo get_server_list | timeout 5 nvidia-cuda-mps-control >/dev/null 2>&1; then
+  if [ "${PURLIN_MPS:-1}" = 1 ]; then
+    # A fresh MPS server for every invocation: an earlier invocation's hung ranks, killed at its
+    # deadline, can leave the server refusing clients ("MPS server is not ready to accept new MPS
+    # client requests", session 16: a whole copy-engine run lost after a call_tag hang).
+    if echo get_server_list | timeout 5 nvidia-cuda-mps-control >/dev/null 2>&1; then
+      pkill -9 -f 'from multiprocessing[.](spawn|forkserver) import' 2>/dev/null  # stray test ranks of an earlier invocation
+      echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+      for _ in $(seq 20); do pgrep -f nvidia-cuda-mps-server >/dev/null 2>&1 || break; sleep 0.5; done
+      echo "MPS stopped for a fresh server" >>"$LOGS/mps.txt"
+    fi
     timeout 20 nvidia-cuda-mps-control -d
     echo "MPS started (exit $?)" >>"$LOGS/mps.txt"
   fi
