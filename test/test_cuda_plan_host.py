@@ -70,7 +70,8 @@ def test_matched_wait_plans(tmp_path):
 
 
 @pytest.mark.parametrize("mutation", ["no-reuse-wait", "one-parity", "short-flag-period", "one-tag-slot",
-                                      "relaxed-parity-done", "wide-unaligned", "all-own-slot", "no-peer-ready"])
+                                      "relaxed-parity-done", "wide-unaligned", "all-own-slot", "no-peer-ready",
+                                      "tag-zero"])
 def test_plan_protocol_mutations_fail(emulator, mutation):
     """Each deliberate protocol bug (region reuse without the pbase wait, one parity, short line-flag period,
     parity plans' call tags in the shared slot, a parity plan's Done without release, wide-line pieces not

@@ -1495,13 +1495,18 @@ def _worker(rank, world, init_file, log_path):
         # parity plan (its tags in ptag, NOTE [parity plans]), the others on workspace plans (a pool placement
         # matters only to them).
         env = {"sizes": {}, "sizes, wide lines": {"TORCH_PURLIN_CUDA_LINE_FORMAT": "wide"},
-               "sizes, parity plan": {"TORCH_PURLIN_CUDA_LINE_BYTES": "0"}}.get(
+               "sizes, parity plan": {"TORCH_PURLIN_CUDA_LINE_BYTES": "0"},
+               "sizes far apart, parity plan": {"TORCH_PURLIN_CUDA_LINE_BYTES": "0"}}.get(
             kind, {"TORCH_PURLIN_CUDA_LINE_BYTES": "0", "TORCH_PURLIN_CUDA_PARITY_BYTES": "0"})
         bad = purlin_group(timedelta(seconds=10), **env)
         warm = torch.ones(8, device=dev)
         dist.all_reduce(warm, group=bad)
         torch.cuda.synchronize()
-        if kind.startswith("sizes"):
+        if kind == "sizes far apart, parity plan":
+            # NOTE [tagged waits]: rank 0 launches fewer blocks than its peers, whose extra blocks wait for flags
+            # rank 0 never raises; they see its tag instead (was: a timeout at world 8, session 15)
+            t = torch.ones(1000 if rank == 0 else 1_000_000, device=dev)
+        elif kind.startswith("sizes"):
             t = torch.ones(1000 + 512 * rank, device=dev)  # ranks disagree on the element count
         elif kind == "output pool placement":  # NOTE [peer outputs]: rank 0 would write into rank 1's pool
             t = torch.full((1000,), rank + 1.0, device=dev)
@@ -1536,8 +1541,8 @@ def _worker(rank, world, init_file, log_path):
             assert_equal(t, before, "nothing of the peer's data was read")
         dist.barrier(group=host)
 
-    for kind in ("sizes", "sizes, wide lines", "sizes, parity plan", "sizes, workspace plan", "pool placement",
-                 "output pool placement"):
+    for kind in ("sizes", "sizes, wide lines", "sizes, parity plan", "sizes far apart, parity plan",
+                 "sizes, workspace plan", "pool placement", "output pool placement"):
         R.check(kind, call_tag_case, kind)
 
     def checked_calls_case():

@@ -77,7 +77,8 @@
 // wide-unaligned (wide-line pieces aligned to 512 bytes instead of whole
 // lines), all-own-slot (every Wait on the own slot, matched or not, but for
 // the call-tag checks: the data races alone must show), no-peer-ready (peer-output
-// writers do not wait for the destination's "output free").
+// writers do not wait for the destination's "output free"), tag-zero (a tagged
+// wait takes a never-written stamp word, 0, for another call's: NOTE [tagged waits]).
 //
 // Worlds 1-3 run with three workspace sizes each, world 4 with one.
 // What it does not cover: the CUDA code itself (ptx.cuh, copy.cuh,
@@ -102,6 +103,7 @@
 #include <thread>
 #include <vector>
 
+#include "atom/cuda/call_tag.h"
 #include "atom/cuda/device_plan.h"
 #include "atom/cuda/signal_pad.h"
 #include "snac/collectives.h"
@@ -121,7 +123,7 @@ constexpr int64_t kParityMaxBytes = 8192;         // TORCH_PURLIN_CUDA_PARITY_BY
 
 // Deliberate protocol bugs (argv[2]): each must make the run fail.
 enum class Mutation { None, NoReuseWait, OneParity, ShortFlagPeriod, OneTagSlot, RelaxedParityDone, WideUnaligned,
-                       AllOwnSlot, NoPeerReady };
+                       AllOwnSlot, NoPeerReady, TagZero };
 Mutation g_mutation = Mutation::None;
 
 int g_failed = 0;
@@ -305,6 +307,7 @@ struct RankState {
   std::vector<Cell> par_cells[2];
   std::vector<uint64_t> tags;                     // [slot][from] (kTagSlots)
   std::vector<Cell> tag_cells;
+  std::vector<std::atomic<uint64_t>> stamps;      // [slot][from] (kTagSlots): call stamps, polled racily (NOTE [tagged waits])
   std::vector<std::atomic<uint64_t>> flags;       // [kind][from][block]
   std::vector<std::atomic<uint64_t>> local;       // [block]
   std::vector<SyncSlot> flag_sync, local_sync;    // their release histories
@@ -317,7 +320,7 @@ struct RankState {
         wide{std::vector<Line>(wide_count), std::vector<Line>(wide_count)},
         par{std::vector<int32_t>(par_elems), std::vector<int32_t>(par_elems)},
         par_cells{std::vector<Cell>(par_elems), std::vector<Cell>(par_elems)},
-        tags(kTagSlots * world), tag_cells(kTagSlots * world),
+        tags(kTagSlots * world), tag_cells(kTagSlots * world), stamps(kTagSlots * world),
         flags(cu::kFlagKinds * world * kBlocks), local(kBlocks), flag_sync(cu::kFlagKinds * world * kBlocks),
         local_sync(kBlocks) {}
 };
@@ -403,6 +406,34 @@ void wait_all(std::atomic<uint64_t>* slots, int count, uint64_t target, const ch
       std::this_thread::yield();
       if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
         std::fprintf(stderr, "DEADLOCK waiting for %s slot %d >= %llu\n", what, i, (unsigned long long)target);
+        std::abort();
+      }
+    }
+}
+
+// NOTE [tagged waits] (plan_kernel.cuh): wait_all for a check-tag Wait,
+// which also looks at the peer's call stamp (a relaxed, racy read by design)
+// with the kernel's own test, stamp_of_other_call (call_tag.h): only a stamp
+// of this collective's base that is not ours stops the wait. The kernel looks
+// once the wait lasted kStampLookNs; this looks on every poll, a superset.
+// Every call here is valid, so a stop is a false alarm: a failure.
+void tagged_wait(std::atomic<uint64_t>* slots, int count, uint64_t target, const std::atomic<uint64_t>& stamp,
+                 uint64_t mine, int r, int peer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < count; ++i)
+    while (slots[i].load(std::memory_order_acquire) < target) {
+      const uint64_t seen = stamp.load(std::memory_order_relaxed);
+      const bool other = g_mutation == Mutation::TagZero ? (seen >> 32) == (mine >> 32) && seen != mine
+                                                         : cu::stamp_of_other_call(seen, mine);
+      if (other) {
+        std::printf("FAIL rank %d: a valid call's wait on rank %d took stamp %llx for another call's (its own: %llx)\n",
+                    r, peer, (unsigned long long)seen, (unsigned long long)mine);
+        ++g_failed;
+        return;
+      }
+      std::this_thread::yield();
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
+        std::fprintf(stderr, "DEADLOCK waiting for a tagged Staged slot %d >= %llu\n", i, (unsigned long long)target);
         std::abort();
       }
     }
@@ -637,17 +668,20 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
   const bool region = c.lines || c.parity;
   if (!region) wait_done(x, x.base);
   else if (g_mutation != Mutation::NoReuseWait) wait_done(x, pbase);  // NOTE [line plans], [parity plans]
-  // NOTE [call tags]: block 0 publishes its tag (here base + 1, equal on
-  // every rank of a valid call) in each peer's slot; parity plans use
-  // ptag[lseq % 2].
+  // NOTE [call tags]: block 0 publishes its tag (call_tag.h; one signature
+  // for every call: valid calls agree) in each peer's slot; parity plans use
+  // ptag[lseq % 2]. NOTE [tagged waits]: and its call stamp beside it.
   const int tag_slot = c.parity && g_mutation != Mutation::OneTagSlot ? 1 + static_cast<int>(x.lseq & 1) : 0;
+  const uint64_t my_tag = cu::call_tag(0x5eedull, x.base);
+  const uint64_t my_stamp = cu::call_stamp(0x5eedull, x.base);
   if (!c.lines && b == 0)
     for (int q = 0; q < g.world; ++q)
       if (q != r) {
         RankState& peer = *g.ranks[q];
         const size_t at = static_cast<size_t>(tag_slot) * g.world + r;
         on_write(&peer.tag_cells[at], vc, x.t, "start: publish the call tag");
-        peer.tags[at] = x.base + 1;
+        peer.tags[at] = my_tag;
+        peer.stamps[at].store(my_stamp, std::memory_order_relaxed);
       }
   auto acquire_all = [&](int at, int kind, int from, uint64_t target) {
     for (int k = 0; k < G; ++k) g.sync(at, kind, from, k).acquire(target, vc);
@@ -664,19 +698,24 @@ void run_block(Group& g, int r, int b, const Call& c, std::mt19937& rng, bool sl
     switch (op.code) {
       case cu::kWait:
         if (c.parity && op.flag == cu::kConsumed) break;  // one round (NOTE [parity plans])
-        if (op.own_slot || (g_mutation == Mutation::AllOwnSlot && !op.check_tag)) {  // NOTE [matched waits]: slot b only
-          wait_all(&g.flag(r, op.flag, op.peer, b), 1, x.base + op.value, "Staged/Consumed (own slot)");
-          g.sync(r, op.flag, op.peer, b).acquire(x.base + op.value, vc);
-        } else {
-          wait_all(&g.flag(r, op.flag, op.peer, 0), G, x.base + op.value, "Staged/Consumed");
-          acquire_all(r, op.flag, op.peer, x.base + op.value);
+        {
+          const bool own = op.own_slot || (g_mutation == Mutation::AllOwnSlot && !op.check_tag);  // NOTE [matched waits]
+          std::atomic<uint64_t>* slots = &g.flag(r, op.flag, op.peer, own ? b : 0);
+          if (op.check_tag)  // NOTE [tagged waits]: the peer's stamp is polled while waiting
+            tagged_wait(slots, own ? 1 : G, x.base + op.value,
+                        me.stamps[static_cast<size_t>(tag_slot) * g.world + op.peer], my_stamp, r, op.peer);
+          else
+            wait_all(slots, own ? 1 : G, x.base + op.value, own ? "Staged/Consumed (own slot)" : "Staged/Consumed");
+          if (own) g.sync(r, op.flag, op.peer, b).acquire(x.base + op.value, vc);
+          else acquire_all(r, op.flag, op.peer, x.base + op.value);
         }
         if (op.check_tag) {
           const size_t at = static_cast<size_t>(tag_slot) * g.world + op.peer;
           on_read(&me.tag_cells[at], vc, x.t, "consume: check the call tag");
-          if (me.tags[at] != x.base + 1) {
-            std::printf("FAIL rank %d: call tag of rank %d is %llu, expected %llu (overwritten)\n", r, op.peer,
-                        (unsigned long long)me.tags[at], (unsigned long long)(x.base + 1));
+          const uint64_t seen = me.tags[at];
+          if (seen != my_tag) {
+            std::printf("FAIL rank %d: call tag of rank %d is %llx, expected %llx (overwritten)\n", r, op.peer,
+                        (unsigned long long)seen, (unsigned long long)my_tag);
             ++g_failed;
           }
         }
@@ -1119,9 +1158,10 @@ Mutation parse_mutation(const char* s) {
   if (m == "wide-unaligned") return Mutation::WideUnaligned;
   if (m == "all-own-slot") return Mutation::AllOwnSlot;
   if (m == "no-peer-ready") return Mutation::NoPeerReady;
+  if (m == "tag-zero") return Mutation::TagZero;
   if (!m.empty()) {
     std::fprintf(stderr, "unknown mutation '%s' (no-reuse-wait, one-parity, short-flag-period, one-tag-slot, "
-                 "relaxed-parity-done, wide-unaligned, all-own-slot)\n", s);
+                 "relaxed-parity-done, wide-unaligned, all-own-slot, no-peer-ready, tag-zero)\n", s);
     std::exit(2);
   }
   return Mutation::None;
@@ -1129,9 +1169,24 @@ Mutation parse_mutation(const char* s) {
 
 }  // namespace
 
+// NOTE [tagged waits]: the runs below have valid calls only (no stamp may
+// stop a wait); the stamp test's positive answer is checked here.
+void check_stamp_test() {
+  const uint64_t base = 7, mine = cu::call_stamp(1, base);
+  const bool right = cu::stamp_of_other_call(cu::call_stamp(2, base), mine) &&  // another call, this collective
+                     !cu::stamp_of_other_call(mine, mine) &&                     // this call
+                     !cu::stamp_of_other_call(cu::call_stamp(2, base - 3), mine) &&  // an older collective
+                     !cu::stamp_of_other_call(0, cu::call_stamp(1, 0));          // never written, first collective
+  if (!right) {
+    std::printf("FAIL stamp_of_other_call misjudges a stamp\n");
+    ++g_failed;
+  }
+}
+
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 150;
   g_mutation = parse_mutation(argc > 2 ? argv[2] : nullptr);
+  check_stamp_test();
   std::mt19937 rng(12345);
   int ran = 0;
   {  // W=1, pieces of 512 / 513 elements: only the local barriers order round 0's reads before round 2's staging

@@ -20,9 +20,12 @@
 // NOTE [call tags] A GPU collective has no host handshake either to check
 //   that the ranks called the same collective. Each launch carries a
 //   signature (a hash of the Spec, the dtype and, for zero-copy plans, the
-//   input's place in the symmetric pool); block 0 writes tag = mix(signature,
-//   base) into every peer's call_tag word before it signals anything, and the
-//   first Staged wait on each peer compares that peer's tag with its own.
+//   input's place in the symmetric pool); block 0 writes tag = call_tag(
+//   signature, base) (call_tag.h) into every peer's call_tag word before it
+//   signals anything, and the first Staged wait on each peer compares that
+//   peer's tag with its own. While that wait lasts, it also watches the
+//   peer's call stamp (NOTE [tagged waits]): mismatched calls may launch
+//   other block counts, whose flag slots never come.
 //   A mismatch is recorded like a timeout (kind kCallTag) before any of the
 //   peer's data is read: the rank stops, the group is broken, and the host
 //   raises "rank P called <op> with other arguments". The Staged release of
@@ -57,6 +60,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "atom/cuda/call_tag.h"
 #include "atom/cuda/copy.cuh"
 #include "atom/cuda/plan_kernel.h"
 #include "atom/cuda/reduce.cuh"
@@ -99,12 +103,6 @@ struct KernelParams {
   int lines;             // kNarrowLines / kWideLines: run the plan over flagged lines (line_kernel.cuh)
   int parity;            // 1: a parity plan (NOTE [parity plans])
 };
-
-__device__ __forceinline__ uint64_t call_tag(uint64_t sig, uint64_t base) {
-  uint64_t x = sig ^ (base * 0x9E3779B97F4A7C15ull);
-  x ^= x >> 31;
-  return x * 0xBF58476D1CE4E5B9ull + 1;  // never 0, the pad's initial value
-}
 
 namespace detail {
 
@@ -221,6 +219,110 @@ __device__ __forceinline__ void stage_plan(const KernelParams& p, DevOp* s_ops, 
   }
 }
 
+// NOTE [tagged waits] A check-tag Wait (the first Staged wait on a peer,
+//   NOTE [call tags]) also notices that the peer made another call of this
+//   collective while it waits, and fails with the call-tag record at once:
+//   ranks whose calls differ may run other block counts or round shapes, so
+//   the flag slot awaited may never be raised (session 15, world 8: sizes
+//   1000 + 512 x rank on a parity plan timed out instead of naming the call).
+//   The call tag cannot say it: an older collective's tag differs from this
+//   one's as much. So block 0 also writes a call stamp (call_stamp,
+//   call_tag.h: the base's low half over the tag's low half) into
+//   stamp[slot][rank] of every peer's pad, next to the tag (slot 0 beside
+//   call_tag, 1 + half beside ptag[half]: NOTE [parity plans]; one relaxed
+//   word, so a racy read sees one whole stamp). A waiter that has waited
+//   kStampLookNs looks at the peer's stamp, and again every kStampLookNs:
+//   stamp_of_other_call (call_tag.h) fails the wait only for a stamp of this
+//   base that is not its own. No false alarm from an older collective's
+//   stamp (another base), nor from a slot never written (0, which has base
+//   0's high half: a group's first collective; session 15's first form
+//   failed every group's first plan-kernel collective on a GPU), nor from a
+//   peer's next collective (a parity plan writes the other half's slot, a
+//   line plan none, any other waits for this rank's Done). Bases 2^32 epochs
+//   apart share a high half; a stale stamp that old would need no plan
+//   collective of the peer in between.
+//   Registers: the plan kernel sits at the 64-register edge of
+//   __launch_bounds__(1024) (NOTE [register units]). So the call tag and its
+//   check after the wait are unchanged (folding the base into the tag made
+//   the kernel spill), the stamp is not kept live (block 0 writes it at the
+//   start; the slow path recomputes it), and the look at the stamp is out of
+//   line (other_call_stamped, __noinline__, three VALUE arguments; it
+//   records nothing). Two forms without any stack failed on an H200 with
+//   "misaligned address" at their first plan-kernel collective (session 16):
+//   the callee taking the kernel's __grid_constant__ parameters by
+//   reference, and the callee taking the block's __shared__ state by
+//   pointer; pass it only values and global pointers. This form keeps 16 B
+//   of stack in plan_kernel<int64> on sm_90 (ptxas -v, CUDA 13.0; the
+//   others none): its spills are the op loop's `ops` pointer and the Wait
+//   case's predicate, a load per op, never per element (nvdisasm, session
+//   16), so .ci/check_kernel_stack.py allows that one kernel. Where the
+//   stack lands moves with every edit at that edge: re-read ptxas -v after
+//   any change here. A valid call's poll has the plain wait's one compare
+//   (against look_at, not the timeout) and no extra load.
+//   The timeout is checked with the look, so at most kStampLookNs late.
+//   The CPU emulation (test/cpp/test_cuda_plan_emulation.cc) polls the stamp
+//   on every iteration with stamp_of_other_call, a superset of these reads;
+//   its mutation `tag-zero` drops the 0 test and must fail.
+constexpr uint64_t kStampLookNs = 20000;
+
+// Where peer `from`'s call stamp lies in this rank's pad (NOTE [tagged waits]).
+__device__ __forceinline__ int64_t stamp_word(const PadLayout& L, bool parity, int half, int from) {
+  return L.stamp(parity ? 1 + half : 0, from);
+}
+
+// The slow path of a check-tag Wait (NOTE [tagged waits]), out of line:
+// whether the peer's stamp at `stamp` (a relaxed load) stamps another call of
+// this collective. It records nothing: the wait then ends and the tag check
+// after it (NOTE [call tags]) finds the peer's tag of that other call (or an
+// older one, if the stamp's store became visible before the tag's) and fills
+// the call-tag record. Its arguments are values: the kernel's
+// __grid_constant__ parameters are not passed by address (session 16: a form
+// that took `const KernelParams&` failed its first plan-kernel collective on
+// an H200 with "misaligned address"), and three of them keep the call cheap
+// enough that no plan kernel spills.
+static __device__ __noinline__ bool other_call_stamped(const uint64_t* stamp, uint64_t call_sig, uint64_t base) {
+  return stamp_of_other_call(ptx::ld_relaxed_sys(stamp), call_stamp(call_sig, base));
+}
+
+// wait_all<true> (signal.cuh) for a check-tag Wait: a wait that has lasted
+// kStampLookNs runs other_call(), then again every kStampLookNs; the
+// timeout is checked on the same slow path (at most kStampLookNs late).
+// Returns kWaited (every flag came), kTimedOut (the record is filled) or
+// kOtherCall (a peer's stamp names another call: nothing recorded, the tag
+// check after the wait does it). One barrier when every flag came.
+enum StampedWait { kTimedOut = 0, kWaited = 1, kOtherCall = 2 };
+template <class OtherCall>
+__device__ __forceinline__ int wait_all_stamped(const uint64_t* flags, int count, uint64_t target, const WaitSite& s,
+                                                int peer, int kind, uint32_t phase, int first, OtherCall other_call) {
+  bool ok = true, other = false;
+  for (int i = threadIdx.x; i < count && ok; i += blockDim.x) {
+    const uint64_t* f = flags + i;
+    uint64_t seen = ptx::ld_acquire_sys(f);
+    if (seen >= target) continue;
+    const uint64_t t0 = ptx::globaltimer_ns();
+    uint64_t look_at = kStampLookNs;  // ns since t0 of the next look at the stamp
+    while (seen < target) {
+      const uint64_t waited = ptx::globaltimer_ns() - t0;
+      if (waited > look_at) {
+        if (waited > s.timeout_ns) {
+          record_timeout(s, peer, first + i, kind, target, seen, phase, waited);
+          ok = false;
+          break;
+        }
+        if (other_call()) {
+          ok = false;
+          other = true;
+          break;
+        }
+        look_at = waited + kStampLookNs;
+      }
+      seen = ptx::ld_acquire_sys(f);
+    }
+  }
+  if (__syncthreads_and(ok)) return kWaited;
+  return __syncthreads_or(other) ? kOtherCall : kTimedOut;  // a timeout's record wins (its CAS came first)
+}
+
 // A rank's block-to-block barrier (NOTE [local barriers] in device_plan.h).
 __device__ __forceinline__ bool local_sync(const KernelParams& p, const DevOp& op, uint64_t lbase, const WaitSite& site,
                                            int G) {
@@ -278,15 +380,23 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
   const int64_t tag_slot = parity ? L.ptag(half, 0) : L.call_tag(0);
   if (tid == 0) {
     if (!parity) p.pad[L.scale()] = static_cast<uint64_t>(__double_as_longlong(p.scale));
-    if (b == 0)  // NOTE [call tags]: published by block 0's first Staged release
+    if (b == 0) {  // NOTE [call tags]: published by block 0's first Staged release
+      const uint64_t my_stamp = stamp_of_tag(my_tag, base);  // NOTE [tagged waits]: read racily, so relaxed
+      const int64_t stamp_slot = detail::stamp_word(L, parity, half, p.rank);
       for (int q = 0; q < L.world; ++q)
-        if (q != p.rank) detail::peer_pad(p, q)[tag_slot + p.rank] = my_tag;
+        if (q != p.rank) {
+          uint64_t* pad = detail::peer_pad(p, q);
+          pad[tag_slot + p.rank] = my_tag;
+          ptx::st_relaxed_sys(pad + stamp_slot, my_stamp);
+        }
+    }
   }
 
   const DevOp* ops = staged ? s_ops : p.ops ? p.ops : p.inl.ops;
   const DevRef* srcs = staged ? s_srcs : p.ops ? p.srcs : p.inl.srcs;
   for (int i = 0; i < p.n_ops; ++i) {
     const DevOp& op = ops[i];
+    bool other_call_seen = false;  // NOTE [tagged waits]: this op's check-tag Wait ended on a peer's stamp
     switch (op.code) {
       case kWait:
         if (parity && op.flag == kConsumed) break;  // one round (NOTE [parity plans])
@@ -294,15 +404,28 @@ __global__ void __launch_bounds__(1024) plan_kernel(const __grid_constant__ Kern
           // NOTE [matched waits] (snac/plan.h): an own-slot wait polls only the peer's block b, which alone
           // wrote (or read) what block b touches next; any other wait polls all G blocks' slots.
           const int first = op.own_slot ? b : 0;
-          if (!wait_all<true>(p.pad + L.flag(op.flag, op.peer, first), op.own_slot ? 1 : G, base + op.value, site,
-                              op.peer, op.flag, op.phase, 1, -1, first))
+          const uint64_t* flags = p.pad + L.flag(op.flag, op.peer, first);
+          const int count = op.own_slot ? 1 : G;
+          if (op.check_tag) {  // NOTE [tagged waits]
+            const int peer = op.peer;
+            auto other_call = [&] {
+              const int half = static_cast<int>(s_state[4] & 1);  // s_state: shared, after the block's barrier
+              return detail::other_call_stamped(p.pad + detail::stamp_word(L, parity, half, peer), p.call_sig,
+                                                s_state[0]);
+            };
+            const int w = detail::wait_all_stamped(flags, count, base + op.value, site, op.peer, op.flag, op.phase,
+                                                   first, other_call);
+            if (w == detail::kTimedOut) return;
+            other_call_seen = w == detail::kOtherCall;
+          } else if (!wait_all<true>(flags, count, base + op.value, site, op.peer, op.flag, op.phase, 1, -1, first)) {
             return;
+          }
         }
         if (op.check_tag) {
           bool bad = false;
           if (tid == 0) {
             const uint64_t seen = *reinterpret_cast<volatile uint64_t*>(p.pad + tag_slot + op.peer);
-            bad = seen != my_tag;
+            bad = seen != my_tag || other_call_seen;  // NOTE [tagged waits]: a stamp named another call
             if (bad) {
               WaitSite raw = site;
               raw.base = 0;

@@ -5,6 +5,7 @@
 //                          barrier, its block's) earlier writes with the value
 //   st_relaxed_sys         st.relaxed.sys: a value, visible to peers, ordering nothing
 //   ld_acquire_{sys,gpu}   ld.acquire: pairs with the release
+//   ld_relaxed_sys         ld.relaxed.sys: a peer's latest value, ordering nothing
 //   globaltimer_ns         %globaltimer, nanoseconds, for bounded waits
 //   ld_cg                  ld.global.cg: a load served by L2, never a stale
 //                          L1 line (sources may be a peer's reused workspace)
@@ -30,6 +31,11 @@ __device__ __forceinline__ void st_relaxed_sys(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
   uint64_t v;
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t ld_relaxed_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 __device__ __forceinline__ void st_release_gpu(uint64_t* p, uint64_t v) {

@@ -21,6 +21,8 @@
 //   pbase                     1      base of the previous collective (NOTE [flagged lines])
 //   lseq                      1      region collectives (line and parity plans) this group ran
 //   ptag[parity][from]        2*W    call tags of parity plans (NOTE [parity plans], plan_kernel.cuh)
+//   stamp[slot][from]         3*W    call stamps next to the call tags (slot 0: call_tag's, 1 + parity:
+//                                    ptag[parity]'s), watched by tagged waits (NOTE [tagged waits])
 // The workspace (SNAC's two slots) follows at pad_bytes(), then the line
 // region (two parities of line_half bytes, flagged_line.cuh) at line_offset,
 // the wide-line region (two parities of wide_half bytes, wide_line.cuh) at
@@ -84,7 +86,9 @@ struct PadLayout {
   PURLIN_HD int64_t pbase() const { return pool_table(0) + world; }
   PURLIN_HD int64_t lseq() const { return pbase() + 1; }
   PURLIN_HD int64_t ptag(int parity, int from) const { return lseq() + 1 + static_cast<int64_t>(parity) * world + from; }
-  PURLIN_HD int64_t words() const { return ptag(0, 0) + 2 * world; }
+  // NOTE [tagged waits]: slot 0 stamps the call_tag word's call, slot 1 + parity ptag[parity]'s.
+  PURLIN_HD int64_t stamp(int slot, int from) const { return ptag(0, 0) + 2 * world + static_cast<int64_t>(slot) * world + from; }
+  PURLIN_HD int64_t words() const { return stamp(0, 0) + 3 * world; }
   // The workspace starts at this byte offset (4 KiB aligned).
   PURLIN_HD int64_t pad_bytes() const { return (words() * 8 + 4095) / 4096 * 4096; }
 };
