@@ -1,7 +1,7 @@
 """train_step.py — time per training step, DDP and FSDP2 (fully_shard), purlin vs NCCL, in one run.
 
     torchrun --nproc-per-node=2 benchmarks/train_step.py [--layers 8] [--hidden 4096] [--batch 16]
-        [--steps 20] [--impls nccl,purlin,purlin-pool] [--json PATH] [--profile N]
+        [--steps 20] [--impls nccl,purlin,purlin-pool,purlin-pool-local] [--json PATH] [--profile N]
 
 The collectives of a real step (DDP's bucketed all_reduce; FSDP2's all-gathers and
 reduce-scatters, one pair per layer) under the same model, data and processes:
@@ -12,6 +12,8 @@ reduce-scatters, one pair per layer) under the same model, data and processes:
                all-gathers write straight into the peers' outputs (NOTE [peer outputs]) and
                reduce-scatters read their inputs in place (NOTE [zero-copy]); every block is
                placed collectively (NOTE [pool agreement on the host]). FSDP2 rows only.
+  purlin-pool-local  the same on a group with TORCH_PURLIN_CUDA_POOL_PLACEMENT=local: every rank
+               places its blocks alone, no host rendezvous per allocation (NOTE [local placement]).
 Model: --layers bf16 Linear(hidden, hidden) + ReLU blocks, each its own FSDP2 unit.
 Rank 0 prints one row per (wrapper, impl): median step ms over --steps steps after 3 warm-up
 steps, and the speedup over nccl in the same run; then the protocols purlin's groups ran
@@ -106,6 +108,24 @@ def empty_us(group, dev, calls=200):
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def local_placement_group(dev):
+    """A purlin group whose pool places blocks locally (NOTE [local placement]); the setting is read when the
+    group's CUDA engine is created, by its first CUDA collective."""
+    key = "TORCH_PURLIN_CUDA_POOL_PLACEMENT"
+    saved = os.environ.get(key)
+    os.environ[key] = "local"
+    try:
+        g = dist.new_group(backend="purlin")
+        dist.all_reduce(torch.ones(1, device=dev), group=g)
+        torch.cuda.synchronize()
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
+    return g
+
+
 def store_round_trip_us(rank, world, calls=200):
     """Host microseconds per Store all-gather of a short value (set one key, get every peer's)."""
     store = dist.distributed_c10d._get_default_store()
@@ -125,7 +145,7 @@ def main():
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--impls", default="nccl,purlin,purlin-pool")
+    ap.add_argument("--impls", default="nccl,purlin,purlin-pool,purlin-pool-local")
     ap.add_argument("--json", default="")
     ap.add_argument("--profile", type=int, default=0, help="profile N more steps of each FSDP2 row (rank 0 prints)")
     a = ap.parse_args()
@@ -141,7 +161,8 @@ def main():
     shared = os.environ.get("TORCH_PURLIN_CUDA_SHARE_GPU") == "1" and world > torch.cuda.device_count()
     impls = [i for i in a.impls.split(",") if i and not (shared and i == "nccl")]
     groups = {"nccl": dist.new_group(backend="nccl") if "nccl" in impls else None,
-              "purlin": dist.new_group(backend="purlin")}
+              "purlin": dist.new_group(backend="purlin"),
+              "purlin-local": local_placement_group(dev) if "purlin-pool-local" in impls else None}
     g = torch.Generator().manual_seed(1 + rank)
     data = [(torch.randn(a.batch, a.hidden, generator=g).to(dev, torch.bfloat16),
              torch.randn(a.batch, a.hidden, generator=g).to(dev, torch.bfloat16)) for _ in range(4)]
@@ -149,18 +170,19 @@ def main():
     rows = []
     for wrapper in ("ddp", "fsdp2"):
         for impl in impls:
-            if wrapper == "ddp" and impl == "purlin-pool":
+            pool = impl.startswith("purlin-pool")
+            if wrapper == "ddp" and pool:
                 continue
-            if impl == "purlin-pool" and not _fsdp_has_pool_api():
+            if pool and not _fsdp_has_pool_api():
                 if rank == 0:
                     print("purlin-pool skipped: this torch's FSDP2 has no set_allocate_memory_from_process_group_for_comm")
                 continue
-            group = groups["nccl" if impl == "nccl" else "purlin"]
+            group = groups["nccl" if impl == "nccl" else "purlin-local" if impl == "purlin-pool-local" else "purlin"]
             net = make_model(a.layers, a.hidden, dev)
             if wrapper == "ddp":
                 model = DDP(net, device_ids=[dev.index], process_group=group)
             else:
-                model = wrap_fsdp(net, group, impl == "purlin-pool")
+                model = wrap_fsdp(net, group, pool)
             ms = step_ms(model, data, a.steps)
             rows.append({"wrapper": wrapper, "impl": impl, "step_ms": ms})
             if a.profile and wrapper == "fsdp2":
@@ -174,6 +196,8 @@ def main():
         r["speedup_vs_nccl"] = base[r["wrapper"]] / r["step_ms"] if r["wrapper"] in base else None
     extra = {"protocols": torch_purlin.protocol_counts(groups["purlin"]),
              "empty_us": empty_us(groups["purlin"], dev), "store_round_trip_us": store_round_trip_us(rank, world)}
+    if groups["purlin-local"] is not None:
+        extra["empty_local_us"] = empty_us(groups["purlin-local"], dev)
     if rank == 0:
         print(f"train_step: {a.layers} x Linear({a.hidden}) bf16, batch {a.batch}, world {world}"
               f"{' (ranks share a GPU: no nccl)' if shared else ''}, {torch.cuda.get_device_name(dev)}, "
@@ -182,7 +206,8 @@ def main():
         for r in rows:
             s = f"{r['speedup_vs_nccl']:.2f}x" if r["speedup_vs_nccl"] else "-"
             print(f"| {r['wrapper']} | {r['impl']} | {r['step_ms']:.3f} | {s} |")
-        print(f"torch_purlin.empty(1 MB): {extra['empty_us']:.1f} us per call; "
+        local_us = f" ({extra['empty_local_us']:.1f} us with local placement)" if "empty_local_us" in extra else ""
+        print(f"torch_purlin.empty(1 MB): {extra['empty_us']:.1f} us per call{local_us}; "
               f"a Store all-gather of one short value: {extra['store_round_trip_us']:.1f} us")
         print(f"protocols (purlin's group, every row): {extra['protocols']}")
         if a.json:

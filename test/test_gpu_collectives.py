@@ -953,6 +953,69 @@ def _worker(rank, world, init_file, log_path):
 
     R.check("empty: freed blocks come back in stream order", pool_streams)
 
+    def local_placement():
+        # NOTE [local placement]: no exchange per allocation. A block freed on stream a is reused by stream b at
+        # once, b waiting on the GPU for a's work queued before the free; the ranks' offsets agree because they
+        # allocate and free alike, and zero-copy collectives on such blocks are right.
+        loc = purlin_group(timedelta(seconds=30), TORCH_PURLIN_CUDA_POOL_PLACEMENT="local",
+                           TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+        a, b = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
+        n = 1 << 20
+        with torch.cuda.stream(a):
+            x = torch_purlin.empty(n, dtype=torch.uint8, device=dev, group=loc)
+            torch.cuda._sleep(100_000_000)  # tens of ms of queued work on a before x is written
+            x.fill_(rank + 1)
+        first = x.data_ptr()
+        del x
+        with torch.cuda.stream(b):
+            y = torch_purlin.empty(n, dtype=torch.uint8, device=dev, group=loc)
+            y.fill_(200)  # must run after a's fill: without the event wait a's late fill would win
+        assert y.data_ptr() == first, "local placement: stream b does not reuse stream a's freed block at once"
+        torch.cuda.synchronize()
+        assert_equal(y, torch.full((n,), 200, dtype=torch.uint8), "stream b's write ordered after stream a's work")
+        del y
+        m = 4099
+        for it in range(3):  # each input freed after use: the next one reuses its block
+            inp = torch_purlin.empty(W * m, device=dev, group=loc)
+            full = [make_input(R.seed(), r, W * m, torch.float32) for r in range(W)]
+            inp.copy_(full[rank].to(dev))
+            out = torch.empty(m, device=dev)
+            dist.reduce_scatter_tensor(out, inp, group=loc)
+            assert "zero-copy" in torch_purlin.last_launch(loc)["protocol"], torch_purlin.last_launch(loc)
+            assert_reduced(out, [f[rank * m:(rank + 1) * m] for f in full], "sum", f"local placement it={it}")
+            del inp
+        torch.cuda.synchronize()
+        dist.barrier(group=host)
+
+    R.check("local placement: reuse across streams, zero-copy collectives", local_placement)
+
+    def local_placement_diverged():
+        # NOTE [local placement]: ranks that allocate differently get different offsets without an error; the
+        # first collective on such tensors fails its call tag (which hashes pool offsets) on every rank, before
+        # any peer data is read.
+        div = purlin_group(timedelta(seconds=10), TORCH_PURLIN_CUDA_POOL_PLACEMENT="local",
+                           TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+        warm = torch.ones(8, device=dev)
+        first = torch_purlin.empty(16, device=dev, group=div)  # every rank: the pool exists
+        extra = torch_purlin.empty(4096, dtype=torch.uint8, device=dev, group=div) if rank == 0 else None
+        p = torch_purlin.empty(1000, device=dev, group=div)
+        p.fill_(rank + 1)
+        out = torch.empty(W * 1000, device=dev)
+        dist.all_gather_into_tensor(out, p, group=div)  # zero-copy on every rank, rank 0's block elsewhere
+        torch.cuda.synchronize()
+        try:
+            dist.all_reduce(warm, group=div)
+        except RuntimeError as e:
+            msg = str(e)
+            named = re.search(r"rank (\d+) called this collective with other arguments", msg)
+            assert f"on rank {rank}" in msg and named and int(named.group(1)) != rank, msg
+        else:
+            raise AssertionError("no error after a collective on blocks the ranks placed differently")
+        del first, extra
+        dist.barrier(group=host)
+
+    R.check("local placement: ranks that allocate differently get a call-tag error", local_placement_diverged)
+
     def pool_or_plain():
         # NOTE [pool or plain]: torch's allocate_tensor (FSDP2's path) answers a full pool with ordinary memory on
         # every rank (collectives on it stage), torch_purlin.empty raises instead.

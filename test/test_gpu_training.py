@@ -122,18 +122,23 @@ def worker(rank, path, result_path):
     fsdp_module = getattr(getattr(torch.distributed, "fsdp", None), "FSDPModule", None)
     pool_variant = "not in this torch (no FSDPModule.set_allocate_memory_from_process_group_for_comm)"
     if hasattr(fsdp_module, "set_allocate_memory_from_process_group_for_comm"):
-        planned = purlin_group(timedelta(seconds=60), TORCH_PURLIN_CUDA_LINE_BYTES="0",
-                               TORCH_PURLIN_CUDA_PARITY_BYTES="0")
-        got = full_params(train(model(1, dev), data, fsdp_pool(planned)))
-        for a, b in zip(got, ref):
-            if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
-                errors.append(f"FSDP2 (process-group allocation) params differ by {(a - b).abs().max().item()}")
-        ran = torch_purlin.protocol_counts(planned)
-        pool_variant = f"ran: {ran}"
-        if not any("+peer-outputs" in p for p in ran.get("all_gather_into_tensor", {})):
-            errors.append(f"FSDP2 (process-group allocation): no all-gather wrote into peer outputs: {ran}")
-        if not any("+zero-copy" in p for p in ran.get("reduce_scatter_tensor", {})):
-            errors.append(f"FSDP2 (process-group allocation): no reduce-scatter read its input in place: {ran}")
+        pool_variant = ""
+        # Both placements of the pool's blocks: agreed per allocation, and local (NOTE [local placement]: every
+        # rank alone, FSDP2 allocating and freeing in the same order on every rank).
+        for placement in ("agreed", "local"):
+            planned = purlin_group(timedelta(seconds=60), TORCH_PURLIN_CUDA_LINE_BYTES="0",
+                                   TORCH_PURLIN_CUDA_PARITY_BYTES="0", TORCH_PURLIN_CUDA_POOL_PLACEMENT=placement)
+            got = full_params(train(model(1, dev), data, fsdp_pool(planned)))
+            what = f"FSDP2 (process-group allocation, {placement} placement)"
+            for a, b in zip(got, ref):
+                if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+                    errors.append(f"{what} params differ by {(a - b).abs().max().item()}")
+            ran = torch_purlin.protocol_counts(planned)
+            pool_variant += f" {placement}: ran {ran};"
+            if not any("+peer-outputs" in p for p in ran.get("all_gather_into_tensor", {})):
+                errors.append(f"{what}: no all-gather wrote into peer outputs: {ran}")
+            if not any("+zero-copy" in p for p in ran.get("reduce_scatter_tensor", {})):
+                errors.append(f"{what}: no reduce-scatter read its input in place: {ran}")
 
     cnt = torch_purlin.counters(purlin, "cuda")
     fell_back = {op: c for op, c in cnt.items() if c[1]}

@@ -120,7 +120,9 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
   }
   int64_t off = -1;
   try {
-    off = pool->allocate(nbytes, impl_->engine->pool_exchange(), c10::cuda::getCurrentCUDAStream(dev.index()).stream());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
+    off = impl_->engine->pool_local() ? pool->allocate_local(nbytes, stream)  // NOTE [local placement]
+                                      : pool->allocate(nbytes, impl_->engine->pool_exchange(), stream);
   } catch (const atom::cuda::PoolFull& e) {
     if (or_plain) return plain(e.what());
     TORCH_CHECK(false, "purlin empty on rank ", impl_->rank, ": ", e.what());

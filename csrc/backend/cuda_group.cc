@@ -91,6 +91,10 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
   constexpr const char* kTwoShot = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES";  // NOTE [protocol table]
   two_shot_bytes_ = bytes_for_world(env::get(kTwoShot), world_, kTwoShot);
   pool_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_POOL_BYTES");  // read with the rest: the pool itself comes later
+  const std::string placement = env::get("TORCH_PURLIN_CUDA_POOL_PLACEMENT");  // NOTE [local placement]
+  if (placement != "agreed" && placement != "local")
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_POOL_PLACEMENT: expected agreed or local, got '" + placement + "'");
+  pool_local_ = placement == "local";
   match_waits_ = env::get_bool("TORCH_PURLIN_CUDA_MATCHED_WAITS");
   push_copies_ = push_reductions_ = push_reduced_ = false;
   const std::vector<std::string> push = env::get_list("TORCH_PURLIN_CUDA_PUSH");  // NOTE [push]
@@ -201,6 +205,13 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
     std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_CHECK_CALLS=1 here but not on every rank: off (logged once)\n",
                  rank_);
   check_calls_ = all_check;
+  // NOTE [local placement]: only if every rank asks (an agreeing rank would wait for the others' proposals).
+  bool all_local = true;
+  for (const std::string& a : exchange_("pool-placement", pool_local_ ? "1" : "0")) all_local &= a == "1";
+  if (pool_local_ && !all_local && env::get_bool("TORCH_PURLIN_LOG"))
+    std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_POOL_PLACEMENT=local here but not on every rank: agreed "
+                 "placement (logged once)\n", rank_);
+  pool_local_ = all_local;
   if (all_ce) ce_ = std::move(ce);
   else if (debug_ && mine > 0)
     std::fprintf(stderr, "[purlin] rank %d: copy-engine Atom unavailable here or on a peer: %s\n", rank_,

@@ -55,6 +55,8 @@ class CudaGroup {
   std::shared_ptr<cu::SymmetricPool> pool();
   // What SymmetricPool::allocate agrees through (NOTE [pool agreement on the host]).
   cu::SymmetricPool::AllGather pool_exchange();
+  // Whether blocks are placed locally, with no exchange (NOTE [local placement] in symmetric_pool.h).
+  bool pool_local() const { return pool_local_; }
   const cu::SymmetricWorkspace::AllGather& exchange() const { return exchange_; }
   const LastLaunch& last_launch() const { return last_; }
   ProtocolCounts protocol_counts() const;
@@ -140,6 +142,7 @@ class CudaGroup {
   bool match_waits_ = true;  // NOTE [matched waits] (snac/plan.h)
   bool debug_ = false;
   bool check_calls_ = false;  // NOTE [checked calls]: TORCH_PURLIN_CUDA_CHECK_CALLS on every rank
+  bool pool_local_ = false;   // TORCH_PURLIN_CUDA_POOL_PLACEMENT=local on every rank (NOTE [local placement])
   bool overlap_ = false;  // NOTE [overlapped launch]: TORCH_PURLIN_CUDA_PDL on an sm_90+ GPU
   std::unique_ptr<atom::CpuAtom> a2a_atom_;  // all_to_all split exchange (shm_group.h), on first use
   uint64_t a2a_seq_ = 0;

@@ -77,6 +77,13 @@ const std::vector<Var>& registry() {
        "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
        "every peer maps; collectives read inputs from it in place). Read when the group is created, allocated on "
        "first use."},
+      {"TORCH_PURLIN_CUDA_POOL_PLACEMENT", "agreed",
+       "How the symmetric pool places a block at the same offset on every rank. agreed: every allocation "
+       "exchanges proposals with every rank (NOTE [pool agreement] in csrc/atom/cuda/symmetric_pool.h; tolerates "
+       "ranks that free in different orders; each allocation waits for the slowest rank's host). local: each rank "
+       "places alone by a rule that depends only on the order of allocations and frees (NOTE [local placement]); "
+       "ranks that allocate or free in different orders get collectives that fail with a call-tag error, never "
+       "wrong data. local only if every rank asks."},
       {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_reduce@2=256M,all_to_all=1G,broadcast=64M",
        "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h): family=bytes items "
        "(family@W=bytes: a row for groups of W ranks only, replacing the family's row there); a "

@@ -2,7 +2,9 @@
 // first fit over live blocks, and freed blocks coming back in stream order
 // (NOTE [pool streams]): at once for their own stream, for other streams
 // only when their event is done; pieces cut by an allocation keep the rest
-// of a freed block waiting. Also a random run against a byte-map model.
+// of a freed block waiting; with local placement (NOTE [local placement]),
+// freed blocks of other streams count as free and name the tokens to wait
+// for. Also a random run of both placements against a byte-map model.
 // No GPU needed: tokens stand for events, a set of done tokens for the GPU.
 #include <cstdio>
 #include <memory>
@@ -101,7 +103,29 @@ int main() {
     expect(p.first_fit(0, 2 * K, B) == 2 * K, "captured: never for another stream");
     expect(gpu.waits == 0, "a null token is not waited for");
   }
-  {  // random allocations and frees on two streams against a byte-map model
+  {  // local placement: other streams' freed blocks are free at once, with their tokens to wait for
+    cu::PoolBlocks p(16 * K, K);
+    p.take(0, 4 * K, A);
+    p.take(4 * K, 2 * K, A);
+    auto t = token();
+    p.retire(0, t);
+    expect(p.first_fit(0, 4 * K, B) == 6 * K, "agreed placement: another stream skips the pending block");
+    expect(p.first_fit(0, 4 * K, B, true) == 0, "local placement: the pending block, independent of its event");
+    auto w = p.waits_for(0, 2 * K, B);
+    expect(w.size() == 1 && w[0] == t, "waits_for names the freed block's token");
+    expect(p.waits_for(0, 2 * K, A).empty(), "nothing to wait for on the freeing stream itself");
+    expect(p.waits_for(4 * K, 2 * K, B).empty(), "nothing to wait for over a live block");
+    p.take(K, 2 * K, B);  // [K, 3K) live on B; [0, K) and [3K, 4K) stay freed on A with t
+    expect(p.waits_for(0, K, B).size() == 1 && p.waits_for(3 * K, K, B).size() == 1, "the cut ends keep the token");
+    expect(p.first_fit(0, 2 * K, B, true) == 6 * K, "neither end holds 2K");
+    p.take(8 * K, K, A);
+    p.retire(8 * K, nullptr);  // freed during capture: own stream only, also for local placement
+    expect(p.first_fit(6 * K, 3 * K, B, true) == 9 * K, "a null token is never free for another stream");
+    expect(p.first_fit(6 * K, 3 * K, A, true) == 6 * K, "a null token is free for its own stream");
+    gpu.done.insert(t.get());
+    expect(gpu.waits == 0, "placement never waited");
+  }
+  {  // random allocations and frees on two streams, both placements, against a byte-map model
     std::mt19937 rng(7);
     constexpr int64_t kUnits = 64;
     cu::PoolBlocks p(kUnits * K, K);
@@ -115,17 +139,24 @@ int main() {
       const int what = static_cast<int>(rng() % 4);
       if (what <= 1) {  // allocate
         const Stream s = rng() % 2 ? A : B;
+        const bool local = rng() % 2;  // NOTE [local placement]: pending blocks of the other stream too
         const int64_t units = 1 + rng() % 6;
-        const int64_t got = p.first_fit(0, units * K, s);
-        int64_t want = -1;  // model: lowest start where every unit is free or pending on s
+        const int64_t got = p.first_fit(0, units * K, s, local);
+        int64_t want = -1;  // model: lowest start where every unit is free or pending on s (local: or pending)
         for (int64_t u = 0; u + units <= kUnits && want < 0; ++u) {
           bool ok = true;
-          for (int64_t v = u; v < u + units; ++v) ok &= model[v] == 0 || model[v] == (s == A ? 2 : 3);
+          for (int64_t v = u; v < u + units; ++v) ok &= model[v] == 0 || model[v] == (s == A ? 2 : 3) || (local && model[v] >= 2);
           if (ok) want = u * K;
         }
-        expect(got == want, "random first fit step " + std::to_string(step));
+        expect(got == want, "random first fit step " + std::to_string(step) + (local ? " (local)" : ""));
         ++checked;
         if (got < 0) continue;
+        std::set<const void*> waits, want_waits;  // the other stream's pending units under the block
+        for (const auto& w : p.waits_for(got, units * K, s)) waits.insert(w.get());
+        for (int64_t v = got / K; v < got / K + units; ++v)
+          if (model[v] == (s == A ? 3 : 2)) want_waits.insert(tok[v].get());
+        expect(waits == want_waits, "random waits_for step " + std::to_string(step));
+        expect(local || waits.empty(), "agreed placement never covers another stream's pending block");
         p.take(got, units * K, s);
         for (int64_t v = got / K; v < got / K + units; ++v) model[v] = 1, tok[v].reset();
         live.push_back({got / K, units});

@@ -8,7 +8,7 @@
 
 namespace purlin::atom::cuda {
 
-int64_t PoolBlocks::first_fit(int64_t floor, int64_t nbytes, Stream stream) const {
+int64_t PoolBlocks::first_fit(int64_t floor, int64_t nbytes, Stream stream, bool others_too) const {
   int64_t at = round_up(floor);
   auto l = live_.begin();
   auto f = freed_.begin();
@@ -16,11 +16,21 @@ int64_t PoolBlocks::first_fit(int64_t floor, int64_t nbytes, Stream stream) cons
     const bool live = f == freed_.end() || (l != live_.end() && l->first < f->first);
     const auto& [off, block] = live ? *l++ : *f++;
     if (!live && block.stream == stream) continue;  // NOTE [pool streams]: free for its own stream
+    if (!live && others_too && block.token) continue;  // NOTE [local placement]: the caller waits for its token
     if (off + block.bytes <= at) continue;
     if (off >= at + nbytes) break;
     at = round_up(off + block.bytes);
   }
   return at + nbytes <= bytes_ ? at : -1;
+}
+
+std::vector<PoolBlocks::Token> PoolBlocks::waits_for(int64_t at, int64_t nbytes, Stream stream) const {
+  std::vector<Token> out;
+  auto it = freed_.lower_bound(at);
+  if (it != freed_.begin() && std::prev(it)->first + std::prev(it)->second.bytes > at) --it;
+  for (; it != freed_.end() && it->first < at + nbytes; ++it)
+    if (it->second.stream != stream && it->second.token) out.push_back(it->second.token);
+  return out;
 }
 
 void PoolBlocks::reap(bool wait, const Done& done) {

@@ -1,7 +1,7 @@
 // pool_blocks.h — the symmetric pool's block bookkeeping: which byte ranges
 // are live, which freed ones wait for their stream's work, and the first fit
-// that proposes a place (NOTE [pool agreement], [pool streams] in
-// symmetric_pool.h). No CUDA and no torch: streams are opaque keys and a
+// that proposes a place (NOTE [pool agreement], [pool streams], [local
+// placement] in symmetric_pool.h). No CUDA and no torch: streams are opaque keys and a
 // freed block's event is an opaque token that the caller's `Done` judges,
 // so the rules are tested on the CPU (test/cpp/test_pool_blocks.cc).
 // Not thread-safe: SymmetricPool holds its lock around every call.
@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <vector>
 
 namespace purlin::atom::cuda {
 
@@ -25,8 +26,14 @@ class PoolBlocks {
 
   // The lowest offset >= floor (aligned) where `nbytes` fit for use on
   // `stream`: not over a live block, nor over a freed block of another
-  // stream; -1 if none.
-  int64_t first_fit(int64_t floor, int64_t nbytes, Stream stream) const;
+  // stream; -1 if none. With `others_too` (NOTE [local placement]), a freed
+  // block of another stream that has a token counts as free as well: the
+  // caller makes `stream` wait for the tokens that waits_for() names.
+  int64_t first_fit(int64_t floor, int64_t nbytes, Stream stream, bool others_too = false) const;
+  // The tokens of the freed blocks of other streams that [at, at + nbytes)
+  // covers, in offset order: what a block placed by first_fit(..., true)
+  // waits for before its first use on `stream`.
+  std::vector<Token> waits_for(int64_t at, int64_t nbytes, Stream stream) const;
   // Freed blocks whose token is done (with wait: every freed block with a
   // token) are free for every stream from now on.
   void reap(bool wait, const Done& done);

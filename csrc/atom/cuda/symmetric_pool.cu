@@ -118,6 +118,32 @@ int64_t SymmetricPool::allocate(int64_t nbytes, const AllGather& exchange, cudaS
   throw std::runtime_error("purlin: ranks could not agree on a place in the symmetric pool (blocks freed in different orders)");
 }
 
+int64_t SymmetricPool::allocate_local(int64_t nbytes, cudaStream_t stream) {
+  nbytes = std::max<int64_t>(kAlign, round_up(nbytes));
+  std::lock_guard<std::mutex> g(mu_);
+  ++seq_;
+  DeviceScope scope(device_);
+  RelaxedCapture relaxed;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) capturing = cudaStreamCaptureStatusNone;
+  cudaGetLastError();
+  // NOTE [local placement]: no reap (whether an event completed is timing); a capture takes no other stream's block.
+  const int64_t at = blocks_.first_fit(0, nbytes, stream, capturing == cudaStreamCaptureStatusNone);
+  if (at < 0)
+    throw PoolFull("purlin: the symmetric pool (" + std::to_string(bytes_) + " bytes, TORCH_PURLIN_CUDA_POOL_BYTES) has no room for " +
+                   std::to_string(nbytes) + " more bytes on this rank");
+  for (const PoolBlocks::Token& t : blocks_.waits_for(at, nbytes, stream)) {
+    const cudaEvent_t e = static_cast<cudaEvent_t>(t.get());
+    if (cudaStreamWaitEvent(stream, e, 0) != cudaSuccess) {  // not expected; the host wait orders it too
+      cudaGetLastError();
+      cudaEventSynchronize(e);
+      cudaGetLastError();
+    }
+  }
+  blocks_.take(at, nbytes, stream);
+  return at;
+}
+
 void SymmetricPool::free(int64_t offset) {
   std::lock_guard<std::mutex> g(mu_);
   PoolBlocks::Stream stream = nullptr;

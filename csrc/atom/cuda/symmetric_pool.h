@@ -32,6 +32,24 @@
 //   caller. A first fit that finds no room waits for the freed blocks'
 //   events before the rank proposes "full". Blocks freed while their stream
 //   is capturing a CUDA graph come back for their own stream only.
+// NOTE [local placement] (TORCH_PURLIN_CUDA_POOL_PLACEMENT=local): every
+//   rank places a block alone, with no exchange, by a rule that depends only
+//   on the sequence of allocate and free calls: first fit where a freed block
+//   of another stream counts as free too, and the allocating stream waits
+//   (cudaStreamWaitEvent) for the events of the freed blocks it reuses
+//   instead of the host asking whether they completed, which is what makes
+//   agreed placement timing-dependent. Ranks that allocate and free in the
+//   same order (FSDP2, any program whose tensors die in program order) get
+//   the same offsets with no host rendezvous (session 16: 30 of the 63 us
+//   of an allocation on one shared H200 were the agreement, and each waited
+//   for the slowest rank's host). Ranks that do not get different offsets
+//   without an error here; a collective on such tensors then fails its call
+//   tag (which hashes pool offsets, NOTE [call tags] in plan_kernel.cuh)
+//   before any peer data is read or written, so a divergence is an error,
+//   never a wrong result. An allocation on a stream that is capturing a
+//   CUDA graph never takes another stream's freed block (no event wait
+//   inside a capture); whether a stream captures is the same on every rank.
+//   A full pool is this rank's PoolFull, not agreed.
 // Torch-free.
 #pragma once
 
@@ -75,6 +93,11 @@ class SymmetricPool {
   // throws PoolFull when some rank's pool has no room (every rank throws it),
   // std::runtime_error naming the cause when the ranks cannot agree.
   int64_t allocate(int64_t nbytes, const AllGather& exchange, cudaStream_t stream);
+  // Local: the same block on every rank that allocates and frees in the same
+  // order, with no exchange (NOTE [local placement]); `stream` waits for the
+  // freed blocks of other streams it reuses. Throws PoolFull when this rank's
+  // pool has no room.
+  int64_t allocate_local(int64_t nbytes, cudaStream_t stream);
   // Local, thread-safe: the block comes back in stream order (NOTE [pool streams]).
   void free(int64_t offset);
 
