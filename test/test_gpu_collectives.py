@@ -954,13 +954,15 @@ def _worker(rank, world, init_file, log_path):
     R.check("empty: freed blocks come back in stream order", pool_streams)
 
     def local_placement():
-        # NOTE [local placement]: no exchange per allocation. A block freed on stream a is reused by stream b at
-        # once, b waiting on the GPU for a's work queued before the free; the ranks' offsets agree because they
-        # allocate and free alike, and zero-copy collectives on such blocks are right.
+        # NOTE [local placement]: no exchange per allocation. A block freed on stream a is borrowed by stream b only
+        # when nothing else holds b's block, and then b waits on the GPU for a's work queued before the free; the
+        # ranks' offsets agree because they allocate and free alike, and zero-copy collectives on such blocks are
+        # right. A 4M pool: a 3M block on a, freed, leaves 1M that b fills first.
         loc = purlin_group(timedelta(seconds=30), TORCH_PURLIN_CUDA_POOL_PLACEMENT="local",
+                           TORCH_PURLIN_CUDA_POOL_BYTES="4M",
                            TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
         a, b = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
-        n = 1 << 20
+        n = 3 << 20
         with torch.cuda.stream(a):
             x = torch_purlin.empty(n, dtype=torch.uint8, device=dev, group=loc)
             torch.cuda._sleep(100_000_000)  # tens of ms of queued work on a before x is written
@@ -968,9 +970,12 @@ def _worker(rank, world, init_file, log_path):
         first = x.data_ptr()
         del x
         with torch.cuda.stream(b):
+            z = torch_purlin.empty(1 << 19, dtype=torch.uint8, device=dev, group=loc)
+            assert z.data_ptr() == first + n, "local placement: free space before borrowing another stream's block"
+            del z
             y = torch_purlin.empty(n, dtype=torch.uint8, device=dev, group=loc)
             y.fill_(200)  # must run after a's fill: without the event wait a's late fill would win
-        assert y.data_ptr() == first, "local placement: stream b does not reuse stream a's freed block at once"
+        assert y.data_ptr() == first, "local placement: stream b does not borrow stream a's freed block when full"
         torch.cuda.synchronize()
         assert_equal(y, torch.full((n,), 200, dtype=torch.uint8), "stream b's write ordered after stream a's work")
         del y

@@ -125,6 +125,17 @@ int main() {
     gpu.done.insert(t.get());
     expect(gpu.waits == 0, "placement never waited");
   }
+  {  // local_fit (NOTE [local placement]): waits for nothing when it can, borrows only when it must
+    cu::PoolBlocks p(8 * K, K);
+    p.take(0, 4 * K, A);
+    p.take(4 * K, 2 * K, A);
+    p.retire(0, token());
+    expect(p.local_fit(2 * K, B, true) == 6 * K, "local_fit: free space above another stream's pending block");
+    expect(p.local_fit(2 * K, A, true) == 0, "local_fit: the stream's own pending block, lowest first");
+    expect(p.local_fit(3 * K, B, true) == 0, "local_fit: borrows another stream's block when nothing else holds it");
+    expect(p.local_fit(3 * K, B, false) == -1, "local_fit: no borrowing when not allowed (capture)");
+    expect(gpu.waits == 0, "local_fit never asks the GPU");
+  }
   {  // random allocations and frees on two streams, both placements, against a byte-map model
     std::mt19937 rng(7);
     constexpr int64_t kUnits = 64;
@@ -139,16 +150,25 @@ int main() {
       const int what = static_cast<int>(rng() % 4);
       if (what <= 1) {  // allocate
         const Stream s = rng() % 2 ? A : B;
-        const bool local = rng() % 2;  // NOTE [local placement]: pending blocks of the other stream too
+        const bool local = rng() % 2;  // NOTE [local placement]: borrows the other stream's pending blocks last
         const int64_t units = 1 + rng() % 6;
-        const int64_t got = p.first_fit(0, units * K, s, local);
-        int64_t want = -1;  // model: lowest start where every unit is free or pending on s (local: or pending)
-        for (int64_t u = 0; u + units <= kUnits && want < 0; ++u) {
-          bool ok = true;
-          for (int64_t v = u; v < u + units; ++v) ok &= model[v] == 0 || model[v] == (s == A ? 2 : 3) || (local && model[v] >= 2);
-          if (ok) want = u * K;
-        }
-        expect(got == want, "random first fit step " + std::to_string(step) + (local ? " (local)" : ""));
+        // model: lowest start where every unit is free or pending on s (borrow: or pending on the other stream)
+        auto model_fit = [&](bool borrow) {
+          for (int64_t u = 0; u + units <= kUnits; ++u) {
+            bool ok = true;
+            for (int64_t v = u; v < u + units; ++v)
+              ok &= model[v] == 0 || model[v] == (s == A ? 2 : 3) || (borrow && model[v] >= 2);
+            if (ok) return u * K;
+          }
+          return int64_t{-1};
+        };
+        expect(p.first_fit(0, units * K, s) == model_fit(false), "random first fit step " + std::to_string(step));
+        expect(p.first_fit(0, units * K, s, true) == model_fit(true),
+               "random first fit, others too, step " + std::to_string(step));
+        // agreed placement takes first_fit's block; local placement local_fit's (borrowing last)
+        const int64_t got = local ? p.local_fit(units * K, s, true) : p.first_fit(0, units * K, s);
+        const int64_t want = !local || model_fit(false) >= 0 ? model_fit(false) : model_fit(true);
+        expect(got == want, "random placement step " + std::to_string(step) + (local ? " (local)" : ""));
         ++checked;
         if (got < 0) continue;
         std::set<const void*> waits, want_waits;  // the other stream's pending units under the block

@@ -33,6 +33,11 @@ std::vector<PoolBlocks::Token> PoolBlocks::waits_for(int64_t at, int64_t nbytes,
   return out;
 }
 
+int64_t PoolBlocks::local_fit(int64_t nbytes, Stream stream, bool borrow) const {
+  const int64_t at = first_fit(0, nbytes, stream);
+  return at >= 0 || !borrow ? at : first_fit(0, nbytes, stream, true);
+}
+
 void PoolBlocks::reap(bool wait, const Done& done) {
   for (auto it = freed_.begin(); it != freed_.end();)
     it = it->second.token && done(it->second.token, wait) ? freed_.erase(it) : std::next(it);

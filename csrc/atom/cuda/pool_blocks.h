@@ -34,6 +34,11 @@ class PoolBlocks {
   // covers, in offset order: what a block placed by first_fit(..., true)
   // waits for before its first use on `stream`.
   std::vector<Token> waits_for(int64_t at, int64_t nbytes, Stream stream) const;
+  // NOTE [local placement]'s rule: the first fit that waits for nothing
+  // (free space, `stream`'s own freed blocks); if there is none and `borrow`,
+  // the first fit over other streams' freed blocks too. Depends only on the
+  // sequence of take / retire calls, never on whether an event completed.
+  int64_t local_fit(int64_t nbytes, Stream stream, bool borrow) const;
   // Freed blocks whose token is done (with wait: every freed block with a
   // token) are free for every stream from now on.
   void reap(bool wait, const Done& done);

@@ -127,8 +127,8 @@ int64_t SymmetricPool::allocate_local(int64_t nbytes, cudaStream_t stream) {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) capturing = cudaStreamCaptureStatusNone;
   cudaGetLastError();
-  // NOTE [local placement]: no reap (whether an event completed is timing); a capture takes no other stream's block.
-  const int64_t at = blocks_.first_fit(0, nbytes, stream, capturing == cudaStreamCaptureStatusNone);
+  // NOTE [local placement]: no reap (whether an event completed is timing); a capture borrows no other stream's block.
+  const int64_t at = blocks_.local_fit(nbytes, stream, capturing == cudaStreamCaptureStatusNone);
   if (at < 0)
     throw PoolFull("purlin: the symmetric pool (" + std::to_string(bytes_) + " bytes, TORCH_PURLIN_CUDA_POOL_BYTES) has no room for " +
                    std::to_string(nbytes) + " more bytes on this rank");

@@ -34,11 +34,17 @@
 //   is capturing a CUDA graph come back for their own stream only.
 // NOTE [local placement] (TORCH_PURLIN_CUDA_POOL_PLACEMENT=local): every
 //   rank places a block alone, with no exchange, by a rule that depends only
-//   on the sequence of allocate and free calls: first fit where a freed block
-//   of another stream counts as free too, and the allocating stream waits
-//   (cudaStreamWaitEvent) for the events of the freed blocks it reuses
-//   instead of the host asking whether they completed, which is what makes
-//   agreed placement timing-dependent. Ranks that allocate and free in the
+//   on the sequence of allocate and free calls (PoolBlocks::local_fit): the
+//   first fit over free space and the stream's own freed blocks; only when
+//   none holds the block, the first fit where other streams' freed blocks
+//   count as free too, and then the allocating stream waits
+//   (cudaStreamWaitEvent) for the events of the blocks it borrows instead of
+//   the host asking whether they completed, which is what makes agreed
+//   placement timing-dependent. Borrowing last keeps streams apart: a
+//   borrowed block makes e.g. FSDP2's all-gather stream wait for its
+//   reduce-scatter stream's work (the suspected cost when the rule borrowed
+//   first, session 17 on one shared H200: 23.3 ms a step, 18.8 without the
+//   pool). Ranks that allocate and free in the
 //   same order (FSDP2, any program whose tensors die in program order) get
 //   the same offsets with no host rendezvous (session 16: 30 of the 63 us
 //   of an allocation on one shared H200 were the agreement, and each waited
