@@ -107,3 +107,20 @@ def test_workspace_probe_rules(tmp_path):
     rank sets TORCH_PURLIN_CUDA_SHARE_GPU=1 (NOTE [shared GPU]), and the SM budget of ranks sharing a GPU."""
     out = run_host_unit(tmp_path, "test_workspace_probe", ["workspace_probe.cu"])
     assert out.strip().endswith("0 failed"), out
+
+
+def test_host_executor_peer_refs(tmp_path):
+    """snac::execute on plans naming other ranks' buffers (NOTE [zero-copy], [peer outputs]) as the copy-engine
+    Atom runs them (NOTE [copy-engine zero-copy]): W threads as ranks, every output checked; without the peer
+    tables such a plan is refused, never run on this rank's own buffers."""
+    if not shutil.which("g++"):
+        pytest.skip("g++ is required")
+    exe = tmp_path / "test_host_executor"
+    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-pthread", "-I", str(ROOT / "csrc"),
+           *[str(ROOT / s) for s in SOURCES[:-1]], str(ROOT / "csrc/snac/executor.cc"), str(ROOT / "csrc/atom/atom.cc"),
+           str(ROOT / "test/cpp/test_host_executor.cc"), "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip().endswith("0 failed") and "FAIL" not in r.stdout, r.stdout + r.stderr
+    assert r.stdout.count("ok   all_gather in place reading peer inputs") == 3, r.stdout

@@ -40,7 +40,7 @@ SMALL_SIZES = (7, 65537, 1_000_003)  # with the 64K workspace: up to hundreds of
 
 FAMILIES = (
     "all_gather_into_tensor", "all_gather", "broadcast", "all_to_all_single", "gather", "scatter",
-    "mixed", "graph", "counters", "timeout",
+    "zero_copy", "mixed", "graph", "counters", "timeout",
 )
 
 
@@ -225,6 +225,112 @@ def _worker(rank, world, init_file, log_path):
                 for root in range(W):
                     R.check(f"{dtype} n={n} root={root}{tag}", scatter_case, group, tag, dtype, n, root)
 
+    # -- zero_copy: pool tensors, pulled straight from the peers' inputs (NOTE [copy-engine zero-copy]) ----
+    R.family = "zero_copy"
+    ZC = CE_PROTOCOL + "+zero-copy"
+
+    def pool(n, dtype, group=pg):
+        return torch_purlin.empty(n, dtype=dtype, device=dev, group=group)
+
+    def expect_protocol(group, want, what):
+        got = last_protocol(group)
+        assert got == want, f"{what}: ran {last_launch(group)}, not {want!r}"
+
+    def zc_all_gather_case(dtype, n, in_place):
+        xs = inputs(n, dtype)
+        out = pool(W * n, dtype)
+        out.zero_()
+        if in_place:
+            inp = out[rank * n:(rank + 1) * n]
+            inp.copy_(xs[rank].to(dev))
+        else:
+            inp = pool(n, dtype)
+            inp.copy_(xs[rank].to(dev))
+        dist.all_gather_into_tensor(out, inp, group=pg)
+        what = f"zero-copy all_gather_into_tensor {dtype} n={n} in_place={in_place}"
+        expect_protocol(pg, ZC, what)
+        assert_equal(out, torch.cat(xs), what)
+        del inp, out
+
+    def zc_broadcast_case(dtype, n, root):
+        xs = inputs(n, dtype)
+        t = pool(n, dtype)
+        t.copy_(xs[rank].to(dev))
+        dist.broadcast(t, src=root, group=pg)
+        what = f"zero-copy broadcast {dtype} n={n} root={root}"
+        expect_protocol(pg, ZC, what)
+        assert_equal(t, xs[root], what)
+        del t
+
+    def zc_all_to_all_case(k):
+        splits = [[k * (1 + s + 2 * d) for d in range(W)] for s in range(W)]
+        s0 = R.seed()
+        ins = [make_input(s0, s, (sum(splits[s]),), torch.float32) for s in range(W)]
+        # every rank allocates the same size (pool blocks are placed alike only for the same sizes in the same
+        # order) and passes its own length from the block's start: the same offset on every rank
+        block = pool(max(sum(row) for row in splits), torch.float32)
+        inp = block[:sum(splits[rank])]
+        inp.copy_(ins[rank].to(dev))
+        out = torch.empty(sum(splits[s][rank] for s in range(W)), device=dev)
+        dist.all_to_all_single(out, inp, output_split_sizes=[splits[s][rank] for s in range(W)],
+                               input_split_sizes=splits[rank], group=pg)
+        what = f"zero-copy all_to_all_single k={k}"
+        expect_protocol(pg, ZC, what)
+        want = torch.cat([ins[s][sum(splits[s][:rank]):sum(splits[s][:rank + 1])] for s in range(W)])
+        assert_equal(out, want, what)
+        del inp, block
+
+    def zc_plain_input_case(n):
+        # the output in the pool, the input not: the engine cannot pull, so the kernel writes into the peers'
+        # outputs (NOTE [peer outputs]); the same choice on every rank
+        xs = inputs(n, torch.float32)
+        out = pool(W * n, torch.float32)
+        dist.all_gather_into_tensor(out, xs[rank].to(dev), group=pg)
+        what = f"all_gather_into_tensor, pool output, plain input, n={n}"
+        assert "peer-outputs" in (last_protocol(pg) or ""), f"{what}: ran {last_launch(pg)}"
+        assert_equal(out, torch.cat(xs), what)
+        del out
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int8):
+        for n in (7, 65537, 1_000_003):
+            for in_place in (False, True):
+                R.check(f"all_gather_into_tensor {dtype} n={n} in_place={in_place}", zc_all_gather_case, dtype, n,
+                        in_place)
+    for n in (7, 1_000_003):
+        for root in range(W):
+            R.check(f"broadcast n={n} root={root}", zc_broadcast_case, torch.float32, n, root)
+    for k in (3, 40_000):
+        R.check(f"all_to_all_single k={k}", zc_all_to_all_case, k)
+    R.check("pool output, plain input: kernel peer outputs", zc_plain_input_case, 65537)
+
+    def zc_call_check_case():
+        # NOTE [copy-engine call check]: ranks whose pool blocks lie at other offsets get an error on every rank
+        # before anything is enqueued (the copy engines have no call tags), and the group stays usable.
+        # Local placement: the ranks place alone, so rank 0's extra block moves its others (agreed placement
+        # would pair the ranks' allocations by order and wait for an allocation rank 1 never makes).
+        cg = purlin_group(timedelta(seconds=20), TORCH_PURLIN_CUDA_POOL_PLACEMENT="local")
+        extra = pool(4096, torch.uint8, cg) if rank == 0 else None
+        inp = pool(1000, torch.float32, cg)
+        inp.fill_(rank + 1)
+        out = pool(W * 1000, torch.float32, cg)
+        try:
+            dist.all_gather_into_tensor(out, inp, group=cg)
+        except (RuntimeError, ValueError) as e:
+            msg = str(e)
+            named = re.search(r"rank (\d+) called this collective with other arguments", msg)
+            assert named and int(named.group(1)) != rank and "copy engine" in msg and f"on rank {rank}" in msg, msg
+        else:
+            raise AssertionError("no error for a copy-engine collective on blocks placed differently")
+        xs = inputs(1000, torch.float32)
+        plain = torch.empty(W * 1000, device=dev)
+        dist.all_gather_into_tensor(plain, xs[rank].to(dev), group=cg)
+        assert_copy_engine(cg, "the group after a call-check error")
+        assert_equal(plain, torch.cat(xs), "the group after a call-check error")
+        del extra, inp, out
+        dist.barrier(group=host)
+
+    R.check("blocks at other offsets: call check error", zc_call_check_case)
+
     # -- mixed: kernel reductions and copy-engine copies back to back on one workspace ----------------------
     R.family = "mixed"
 
@@ -320,36 +426,72 @@ def _worker(rank, world, init_file, log_path):
     for tag, group, _ in groups:
         R.check_after_all(f"no copy op fell back{tag}", counters_case, group, tag)
 
-    # -- timeout: the watchdog releases a stream whose peer never comes ------------------------------------
+    # -- timeout: a rank that never calls is named by the host check; a stream whose peer's stream never comes
+    # is released by the watchdog ------------------------------------------------------------------------
     R.family = "timeout"
     tg = dist.new_group(backend="purlin", timeout=timedelta(seconds=3))
+    tg2 = dist.new_group(backend="purlin", timeout=timedelta(seconds=3))
 
-    def timeout_case():
+    def other_groups_work():
+        x = torch.zeros(W * 4, device=dev)
+        dist.all_gather_into_tensor(x, torch.full((4,), float(rank), device=dev), group=pg)
+        assert_equal(x, torch.arange(W, dtype=torch.float32).repeat_interleave(4), "other group after a timeout")
+
+    def never_calls_case():
+        # NOTE [copy-engine call check]: every copy-engine collective meets its peers on the host first, so a
+        # rank that never calls is a host timeout naming it, at the call itself
         warm = torch.zeros(W * 16, device=dev)
-        dist.all_gather_into_tensor(warm, torch.ones(16, device=dev), group=tg)  # workspace set up on both ranks
+        dist.all_gather_into_tensor(warm, torch.ones(16, device=dev), group=tg)  # workspace set up on every rank
         torch.cuda.synchronize()
         dist.barrier(group=host)
         if rank == 0:
             out = torch.zeros(W * 1024, device=dev)
-            dist.all_gather_into_tensor(out, torch.ones(1024, device=dev), group=tg)  # rank 1 never joins
-            t0 = time.time()
-            torch.cuda.synchronize()  # returns once the watchdog released the stream (~3 s)
-            waited = time.time() - t0
-            assert waited < 60, f"the stream stayed blocked {waited:.1f} s"
-            try:
-                dist.all_gather_into_tensor(out, torch.ones(1024, device=dev), group=tg)
-            except RuntimeError as e:
-                msg = str(e)
-                named = re.search(r"waiting for rank (\d+)", msg)  # ranks 1.. never join
-                assert "timed out" in msg and named and int(named.group(1)) != 0, msg
-            else:
-                raise AssertionError("no error after a copy-engine timeout")
-        x = torch.zeros(W * 4, device=dev)
-        dist.all_gather_into_tensor(x, torch.full((4,), float(rank), device=dev), group=pg)  # other groups work
-        assert_equal(x, torch.arange(W, dtype=torch.float32).repeat_interleave(4), "other group after a timeout")
+            for attempt in range(2):  # the timeout, then the broken group
+                try:
+                    dist.all_gather_into_tensor(out, torch.ones(1024, device=dev), group=tg)  # rank 1.. never join
+                except RuntimeError as e:
+                    msg = str(e)
+                    if attempt == 0:
+                        named = re.search(r"waiting for rank (\d+)", msg)
+                        assert "timed out" in msg and named and int(named.group(1)) != 0, msg
+                    else:
+                        assert "unusable" in msg, msg
+                else:
+                    raise AssertionError("no error when the other ranks never call")
+        other_groups_work()
         dist.barrier(group=host)
 
-    R.check("rank 1 never arrives", timeout_case)
+    R.check("rank 1 never calls", never_calls_case)
+
+    def late_stream_case():
+        # NOTE [copy-engine watchdog]: every rank calls (the host check passes), but ranks 1.. queue ~5 s of GPU
+        # work first, so rank 0's stream waits for their Arrive past the 3 s timeout: the watchdog releases it
+        # and the group raises at rank 0's next collective
+        warm = torch.zeros(W * 16, device=dev)
+        dist.all_gather_into_tensor(warm, torch.ones(16, device=dev), group=tg2)
+        torch.cuda.synchronize()
+        dist.barrier(group=host)
+        if rank != 0:
+            torch.cuda._sleep(10_000_000_000)  # ~5 s at ~2 GHz, ahead of the collective on this stream
+        out = torch.zeros(W * 1024, device=dev)
+        dist.all_gather_into_tensor(out, torch.ones(1024, device=dev), group=tg2)
+        t0 = time.time()
+        torch.cuda.synchronize()  # rank 0: returns once the watchdog released the stream (~3 s)
+        waited = time.time() - t0
+        assert waited < 60, f"the stream stayed blocked {waited:.1f} s"
+        if rank == 0:
+            try:
+                dist.all_gather_into_tensor(out, torch.ones(1024, device=dev), group=tg2)
+            except RuntimeError as e:
+                msg = str(e)
+                named = re.search(r"waiting for rank (\d+)", msg)
+                assert "timed out" in msg and "copy engine" in msg and named and int(named.group(1)) != 0, msg
+            else:
+                raise AssertionError("no error after a copy-engine timeout")
+        other_groups_work()
+        dist.barrier(group=host)
+
+    R.check("a peer's stream comes late", late_stream_case)
 
     torch.cuda.synchronize()
     dist.barrier(group=host)

@@ -243,6 +243,43 @@ void CudaGroup::set_timeout(std::chrono::milliseconds t) {
   if (pool_atom_) pool_atom_->set_timeout(t);
 }
 
+atom::CpuAtom& CudaGroup::host_atom() {
+  if (!a2a_atom_)
+    a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_,
+                               store_rendezvous(store_));
+  return *a2a_atom_;
+}
+
+// NOTE [copy-engine call check] The plan kernel checks on the GPU that the
+// ranks made the same call (NOTE [call tags]); the copy engines cannot:
+// stream memory operations only wait for a value >= v (an equality check
+// built from two such waits left both ranks' streams blocked past the
+// watchdog on one shared H200, session 17). So every copy-engine collective
+// first exchanges its signature (what the call tag hashes: the Spec, dtype
+// and options, and the pool offsets of zero-copy inputs) through the host's
+// shared-memory arrival, microseconds beside the large collectives this path
+// serves. A difference raises on every rank before anything is enqueued (the
+// group stays usable); a rank that never comes is a timeout naming it.
+void CudaGroup::ce_check(const Request& rq, uint64_t sig) {
+  const uint64_t n = ++a2a_seq_;
+  const atom::WaitSite site{rq.name, "copy engine: check the call's arguments with every rank", n};
+  std::vector<std::string> all;
+  try {
+    all = snac::arrive_tagged(host_atom(), n, std::string("ce:") + rq.name, std::to_string(sig), site,
+                              " (collectives called in different orders, or on different paths)");
+  } catch (const atom::TimeoutError& e) {
+    broken_ = e.what();
+    throw std::runtime_error(e.what());
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(error_prefix(rq.name, rank_) + e.what());
+  }
+  for (int r = 0; r < world_; ++r)
+    if (all[r] != all[rank_])
+      throw std::invalid_argument(error_prefix(rq.name, rank_) + "rank " + std::to_string(r) +
+                                  " called this collective with other arguments (copy engine: another Spec, dtype "
+                                  "or pool offsets; NOTE [copy-engine call check]); nothing was enqueued");
+}
+
 std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
   const std::vector<std::byte> blob = encode_meta(rq, world_);
   const PeerMeta mine = decode_meta(blob.data(), world_);
@@ -256,10 +293,7 @@ std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
   // cannot name because the ranks' sizes chose different protocols (lines,
   // parity or workspace plans, different block counts), which otherwise wait
   // for flags that never come until the group's timeout.
-  if (!a2a_atom_) {
-    a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_,
-                               store_rendezvous(store_));
-  }
+  host_atom();
   const uint64_t n = ++a2a_seq_;
   const atom::WaitSite site{rq.name, rq.op == CollOp::AllToAll ? "all_to_all: exchange split sizes with every rank"
                                                                : "check the call's arguments with every rank", n};
@@ -307,6 +341,68 @@ bool CudaGroup::zero_copy_allowed(const Request& rq) const {
 // some ranks only.
 bool CudaGroup::peer_outputs_allowed(const Request& rq) const {
   return (rq.op == CollOp::AllGather || rq.op == CollOp::Broadcast) && !rq.custom && rq.out_numel > 0;
+}
+
+// NOTE [copy-engine zero-copy]: the copy engines only pull, so a copy
+// collective whose output is in the pool (where the kernel would write into
+// the peers' outputs, NOTE [peer outputs]) reads the peers' inputs instead
+// when those are in the pool too: in-place all_gather (rank q's input is
+// slot q of its output: nobody else writes it) and in-place broadcast (only
+// the root's buffer is read), or any input in a pool block of its own. Every
+// rank judges alike by the contract of torch_purlin.empty (pool tensors on
+// every rank, at the same offsets), which the call check enforces.
+// In-place all_gather by its layout, alike on every rank (rank 0's input
+// starts where its output does: alias Same there, Shifted elsewhere).
+static bool in_place_all_gather(const Request& rq, int rank, int world) {
+  const size_t bytes = static_cast<size_t>(rq.in_numel) * dtype_size(rq.dtype);
+  return rq.op == CollOp::AllGather && !rq.custom && rq.out_numel == rq.in_numel * world &&
+         static_cast<const char*>(rq.in) == static_cast<const char*>(rq.out) + static_cast<size_t>(rank) * bytes;
+}
+
+bool CudaGroup::ce_sources_in_pool(const Request& rq, int64_t out_offset, int64_t* in_offset) const {
+  const cu::IoAlias alias = alias_of(rq);
+  if (in_place_all_gather(rq, rank_, world_)) {
+    *in_offset = out_offset;  // rank q's input: out_offset + q * its bytes
+    return true;
+  }
+  if (alias == cu::IoAlias::Same && rq.op == CollOp::Broadcast) {
+    *in_offset = out_offset;
+    return true;
+  }
+  if (alias != cu::IoAlias::Disjoint || !zero_copy_allowed(rq)) return false;
+  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
+  *in_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * esize));
+  return *in_offset >= 0;
+}
+
+void CudaGroup::launch_copy_engine(const Request& rq, const CachedPlan& c, int64_t in_offset, cudaStream_t stream) {
+  cu::CeCall call;
+  call.plan = &c.snac_plan;
+  call.input = rq.in;
+  call.output = rq.out;
+  call.dtype = rq.dtype;
+  call.op_name = rq.name;
+  call.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
+  call.stream = stream;
+  // NOTE [copy-engine call check]: what the kernel's call tag covers, and the place of the inputs.
+  uint64_t sig = c.sig;
+  if (in_offset >= 0) {
+    const bool slots = in_place_all_gather(rq, rank_, world_);  // rank q's input is its output's slot q
+    const int64_t stride = slots ? rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype)) : 0;
+    ce_peer_inputs_.resize(static_cast<size_t>(world_));
+    for (int q = 0; q < world_; ++q) ce_peer_inputs_[q] = pool_->base_of(q) + in_offset + q * stride;
+    call.peer_inputs = ce_peer_inputs_.data();
+    sig ^= static_cast<uint64_t>(in_offset + 1) * 0x100000001b3ull ^ (slots ? 0x5100000000000000ull : 0);
+  }
+  ce_check(rq, sig);
+  const char* protocol = in_offset >= 0 ? "copy-engine+zero-copy" : "copy-engine";
+  last_ = LastLaunch{protocol, 0, 0, false};
+  count_launch(rq.name, &*protocol_names_.insert(protocol).first);
+  const std::string err = ce_->enqueue(call);
+  if (!err.empty()) {
+    broken_ = err;
+    throw std::runtime_error(error_prefix(rq.name, rank_) + err);
+  }
 }
 
 // Whether a collective may run in a region (flagged lines, NOTE [line plans],
@@ -482,9 +578,10 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   } else {
     c->blocks = config.blocks_for(spec_bytes);
   }
-  if (spec.kind == snac::OpKind::Copy && !zero_copy && !peer_outputs && !c->lines && !c->parity) {
+  if (spec.kind == snac::OpKind::Copy && !peer_outputs && !c->lines && !c->parity) {
     // The copy-engine Atom runs pull plans only (NOTE [stream memop ordering]:
-    // its waits do not flush remote data writes, and pull plans make none).
+    // its waits do not flush remote data writes, and pull plans make none);
+    // zero-copy plans pull from the peers' inputs (NOTE [copy-engine zero-copy]).
     snac::PlanOptions pull = opt;
     pull.push = false;
     pull.match_waits = false;
@@ -582,24 +679,15 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   order_after_last(stream);
   // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
   // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).
-  if (ce_ && !c.lines && !c.parity && !c.reduces && pool_offset < 0 && out_offset < 0 && c.spec_bytes >= ce_bytes_ &&
-      ce_->refusal(stream).empty()) {
-    cu::CeCall call;
-    call.plan = &c.snac_plan;
-    call.input = rq.in;
-    call.output = rq.out;
-    call.dtype = rq.dtype;
-    call.op_name = rq.name;
-    call.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
-    call.stream = stream;
-    last_ = LastLaunch{"copy-engine", 0, 0, false};
-    count_launch(rq.name, &*protocol_names_.insert("copy-engine").first);
-    const std::string err = ce_->enqueue(call);
-    if (!err.empty()) {
-      broken_ = err;
-      throw std::runtime_error(error_prefix(rq.name, rank_) + err);
+  if (ce_ && !c.lines && !c.parity && !c.reduces && c.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
+    const CachedPlan* ce_plan = &c;
+    int64_t in_offset = pool_offset;  // rank 0's input offset; every rank's, but in place all_gather's
+    if (out_offset >= 0 && ce_sources_in_pool(rq, out_offset, &in_offset))
+      ce_plan = &plan_for(rq, all, true, false);  // NOTE [copy-engine zero-copy]: pull, not write
+    if (out_offset < 0 || ce_plan != &c) {
+      launch_copy_engine(rq, *ce_plan, in_offset, stream);
+      return;
     }
-    return;
   }
   cu::PlanLaunch l;
   l.ops = c.dev.ops;

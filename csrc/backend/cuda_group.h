@@ -111,6 +111,8 @@ class CudaGroup {
   };
 
   std::vector<PeerMeta> peer_meta(const Request& rq);
+  atom::CpuAtom& host_atom();  // the shared-memory arrival of this group's hosts, made on first use
+  void ce_check(const Request& rq, uint64_t sig);  // NOTE [copy-engine call check] (cuda_group.cc)
   std::vector<std::string> pool_agree(const std::string& tag, const std::string& mine);
   // `all`: every rank's arguments (peer_meta()), or empty: filled here when needed.
   const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
@@ -124,6 +126,13 @@ class CudaGroup {
   bool zero_copy_allowed(const Request& rq) const;
   bool peer_outputs_allowed(const Request& rq) const;
   bool two_shot(const Request& rq) const;
+  // NOTE [copy-engine zero-copy] (ce_atom.h): whether a collective whose
+  // output is in the pool at out_offset can pull from its peers' inputs, and
+  // rank 0's input offset (rank q's: + q * the input's bytes in place).
+  bool ce_sources_in_pool(const Request& rq, int64_t out_offset, int64_t* in_offset) const;
+  // Enqueues `c` (a pull plan) on the copy-engine Atom; in_offset >= 0: a
+  // zero-copy plan reading the peers' inputs from the pool.
+  void launch_copy_engine(const Request& rq, const CachedPlan& c, int64_t in_offset, cudaStream_t stream);
 
   int rank_, world_, device_;
   std::chrono::milliseconds timeout_;
@@ -158,6 +167,7 @@ class CudaGroup {
   int64_t pool_bytes_ = 0;  // TORCH_PURLIN_CUDA_POOL_BYTES when the group was created (the pool is made on first use)
   std::unique_ptr<cu::CopyEngineAtom> ce_;  // null unless every rank can use it
   int64_t ce_bytes_ = 0;
+  std::vector<void*> ce_peer_inputs_;  // launch_copy_engine's table, reused
   LastLaunch last_;
   // protocol_counts(): launches by (Request::name, the protocol's name in
   // protocol_names_, whose nodes outlive any evicted plan); names are

@@ -54,8 +54,10 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_CE_BYTES", "0",
        "Pure-copy collectives (all_gather, broadcast, all_to_all, gather, scatter) whose Spec moves at least this "
        "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "
-       "2x H200 it is 0.6-0.9x the SM kernel (docs/PERFORMANCE.md), so it is worth it only to keep SMs for "
-       "overlapped compute."},
+       "2x H200 it was 0.6-0.9x the SM kernel when staging (docs/PERFORMANCE.md, session 2), so it is worth it "
+       "only to keep SMs for overlapped compute. Pool tensors (torch_purlin.empty) are pulled straight from the "
+       "peers' inputs (NOTE [copy-engine zero-copy] in csrc/atom/cuda/ce_atom.h; not yet timed). Every "
+       "copy-engine call is checked with every rank on the host first (NOTE [copy-engine call check])."},
       {"TORCH_PURLIN_CUDA_PUSH", "all",
        "Which CUDA collectives write into their readers' workspaces instead of their own (NOTE [push] in "
        "csrc/snac/plan.h), a comma list: copies (copy collectives stage by pushing), reductions (reductions stage "

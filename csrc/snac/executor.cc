@@ -1,16 +1,29 @@
 // executor.cc — plan interpreter for HostAtom.
 #include "snac/executor.h"
 
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace purlin::snac {
 
 namespace {
-std::byte* resolve(const Ref& r, atom::HostAtom& atom, const ExecArgs& a, size_t esize) {
+std::byte* peer_buffer(void* const* table, const Ref& r, int self, const char* what) {
+  if (!table)
+    throw std::logic_error("purlin: rank " + std::to_string(self) + "'s plan names rank " + std::to_string(r.rank) +
+                           "'s " + what + " but the executor was given no peer table for it");
+  return static_cast<std::byte*>(table[r.rank]);
+}
+
+std::byte* resolve(const Ref& r, atom::HostAtom& atom, const ExecArgs& a, size_t esize, int self) {
   std::byte* base = nullptr;
   switch (r.buf) {
-    case Buf::Input: base = static_cast<std::byte*>(a.input); break;
-    case Buf::Output: base = static_cast<std::byte*>(a.output); break;
+    case Buf::Input:
+      base = r.rank == self ? static_cast<std::byte*>(a.input) : peer_buffer(a.peer_inputs, r, self, "Input");
+      break;
+    case Buf::Output:
+      base = r.rank == self ? static_cast<std::byte*>(a.output) : peer_buffer(a.peer_outputs, r, self, "Output");
+      break;
     case Buf::Workspace: base = atom.workspace(r.rank); break;
   }
   return base + static_cast<size_t>(r.offset) * esize;
@@ -33,8 +46,8 @@ void execute(const Plan& plan, atom::HostAtom& atom, const ExecArgs& args) {
         break;
       case OpCode::Copy: {
         const Ref& s = plan.srcs[op.src_begin];
-        std::byte* dst = resolve(op.dst, atom, args, esize);
-        std::byte* src = resolve(s, atom, args, esize);
+        std::byte* dst = resolve(op.dst, atom, args, esize, plan.rank);
+        std::byte* src = resolve(s, atom, args, esize, plan.rank);
         if (dst != src) atom.copy(dst, src, static_cast<size_t>(op.n) * esize);
         break;
       }
@@ -43,10 +56,10 @@ void execute(const Plan& plan, atom::HostAtom& atom, const ExecArgs& args) {
         scales.clear();
         for (int k = 0; k < op.src_count; ++k) {
           const Ref& s = plan.srcs[op.src_begin + k];
-          srcs.push_back(resolve(s, atom, args, esize));
+          srcs.push_back(resolve(s, atom, args, esize, plan.rank));
           if (args.scales) scales.push_back(args.scales[s.rank]);
         }
-        atom.reduce(resolve(op.dst, atom, args, esize), srcs.data(), args.scales ? scales.data() : nullptr,
+        atom.reduce(resolve(op.dst, atom, args, esize, plan.rank), srcs.data(), args.scales ? scales.data() : nullptr,
                     op.src_count, op.n, args.dtype, args.redop);
         break;
       }

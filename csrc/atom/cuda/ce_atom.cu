@@ -30,7 +30,9 @@ std::string check_call(const CeCall& c, int rank, int world, int64_t ws_bytes) {
   if (c.timeout_ns == 0) return "no timeout";
   const int64_t esize = static_cast<int64_t>(dtype_size(c.dtype));
   auto ref_ok = [&](const snac::Ref& r, int64_t n) {
-    if (r.buf != snac::Buf::Workspace) return r.rank == rank;  // no zero-copy plans (NOTE [zero-copy])
+    // A peer's Input only with the peer table (NOTE [copy-engine zero-copy]); never a peer's Output.
+    if (r.buf == snac::Buf::Input) return r.rank == rank || (c.peer_inputs && r.rank >= 0 && r.rank < world);
+    if (r.buf == snac::Buf::Output) return r.rank == rank;
     return r.rank >= 0 && r.rank < world && r.offset >= 0 && (r.offset + n) * esize <= ws_bytes;
   };
   for (const snac::Op& op : p.ops) {
@@ -40,7 +42,7 @@ std::string check_call(const CeCall& c, int rank, int world, int64_t ws_bytes) {
         return "a push plan (writes into a peer's workspace); this Atom's waits do not flush remote data writes";
       bool ok = op.src_count == 1 && ref_ok(op.dst, op.n);
       for (int k = 0; ok && k < op.src_count; ++k) ok = ref_ok(p.srcs[op.src_begin + k], op.n);
-      if (!ok) return "the plan reads or writes outside this rank's buffers and the workspaces";
+      if (!ok) return "the plan reads or writes outside this rank's buffers, the workspaces and the peers' inputs";
     } else if (op.peer < 0 || op.peer >= world || op.peer == rank) {
       return "the plan waits for or signals rank " + std::to_string(op.peer);
     }
@@ -107,6 +109,7 @@ std::string CopyEngineAtom::enqueue(const CeCall& c) {
     snac::ExecArgs a;
     a.input = c.input;
     a.output = c.output;
+    a.peer_inputs = c.peer_inputs;
     a.dtype = c.dtype;
     a.step_base = epoch_;
     a.site = WaitSite{c.op_name, "", n};

@@ -34,6 +34,14 @@
 //   the collective end only once every peer finished reading this rank's
 //   workspace, so the next collective of either kind (a kernel does not
 //   wait for copy-engine work of its peers) may write it at once.
+// NOTE [copy-engine zero-copy] With peer_inputs (every rank's input in the
+//   symmetric pool: NOTE [zero-copy]), the plan is a read_peer_inputs plan:
+//   each rank copies straight from the peers' inputs (their pool blocks as
+//   mapped here) into its output, a pull, so the waits need no flush of
+//   remote writes (NOTE [stream memop ordering]); nothing is staged. The
+//   engine checks every copy-engine call on the host first (NOTE
+//   [copy-engine call check] in cuda_group.cc), pool offsets included, so
+//   ranks whose blocks lie at other offsets get an error, not wrong bytes.
 // NOTE [copy-engine graphs] Host-held epochs cannot work in a CUDA graph: a
 //   replay would repeat the captured values. refusal() declines a capturing
 //   stream; the engine then runs the plan kernel instead.
@@ -59,9 +67,12 @@ namespace purlin::atom::cuda {
 
 // One copy-engine collective.
 struct CeCall {
-  const snac::Plan* plan = nullptr;  // this rank's plan: Copy ops only, no read_peer_inputs
+  const snac::Plan* plan = nullptr;  // this rank's plan: Copy ops only, pulls only
   void* input = nullptr;             // this rank's flat input / output (device)
   void* output = nullptr;
+  // Every rank's input as mapped here, for read_peer_inputs plans (NOTE
+  // [copy-engine zero-copy]); nullptr: the plan reads only this rank's.
+  void* const* peer_inputs = nullptr;
   DType dtype = DType::Float32;
   const char* op_name = "?";         // static string, e.g. "all_gather_into_tensor"
   uint64_t timeout_ns = 0;           // the group timeout (> 0)

@@ -108,6 +108,8 @@ class SymmetricPool {
   void free(int64_t offset);
 
   char* base() const { return static_cast<char*>(self_); }
+  // Rank r's pool as mapped in this process (this rank's own for r == rank).
+  char* base_of(int r) const { return static_cast<char*>(r == rank_ ? self_ : peers_[static_cast<size_t>(r)]); }
   int64_t bytes() const { return bytes_; }
   int device() const { return device_; }
   // Byte offset of [p, p + n) in the pool, or -1 if it is not inside one block.
