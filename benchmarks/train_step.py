@@ -1,7 +1,7 @@
 """train_step.py — time per training step, DDP and FSDP2 (fully_shard), purlin vs NCCL, in one run.
 
     torchrun --nproc-per-node=2 benchmarks/train_step.py [--layers 8] [--hidden 4096] [--batch 16]
-        [--steps 20] [--impls nccl,purlin,purlin-pool,purlin-pool-local] [--json PATH] [--profile N]
+        [--steps 20] [--impls nccl,purlin,purlin-pool,purlin-pool-local,purlin-pool-ce] [--json PATH] [--profile N]
 
 The collectives of a real step (DDP's bucketed all_reduce; FSDP2's all-gathers and
 reduce-scatters, one pair per layer) under the same model, data and processes:
@@ -14,6 +14,9 @@ reduce-scatters, one pair per layer) under the same model, data and processes:
                placed collectively (NOTE [pool agreement on the host]). FSDP2 rows only.
   purlin-pool-local  the same on a group with TORCH_PURLIN_CUDA_POOL_PLACEMENT=local: every rank
                places its blocks alone, no host rendezvous per allocation (NOTE [local placement]).
+  purlin-pool-ce  purlin-pool with TORCH_PURLIN_CUDA_CE_BYTES=1M: FSDP2's all-gathers (eager, >= 1M)
+               pulled by the copy engines from the peers' pool inputs, no SMs (NOTE [copy-engine
+               zero-copy]); its reduce-scatters stay on the kernel.
 Model: --layers bf16 Linear(hidden, hidden) + ReLU blocks, each its own FSDP2 unit.
 Rank 0 prints one row per (wrapper, impl): median step ms over --steps steps after 3 warm-up
 steps, and the speedup over nccl in the same run; then the protocols purlin's groups ran
@@ -108,21 +111,21 @@ def empty_us(group, dev, calls=200):
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def local_placement_group(dev):
-    """A purlin group whose pool places blocks locally (NOTE [local placement]); the setting is read when the
-    group's CUDA engine is created, by its first CUDA collective."""
-    key = "TORCH_PURLIN_CUDA_POOL_PLACEMENT"
-    saved = os.environ.get(key)
-    os.environ[key] = "local"
+def env_group(dev, **env):
+    """A purlin group created under the given TORCH_PURLIN_* settings (read when the group's CUDA engine is
+    created, by its first CUDA collective); the environment is restored afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         g = dist.new_group(backend="purlin")
         dist.all_reduce(torch.ones(1, device=dev), group=g)
         torch.cuda.synchronize()
     finally:
-        if saved is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return g
 
 
@@ -145,7 +148,7 @@ def main():
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--impls", default="nccl,purlin,purlin-pool,purlin-pool-local")
+    ap.add_argument("--impls", default="nccl,purlin,purlin-pool,purlin-pool-local,purlin-pool-ce")
     ap.add_argument("--json", default="")
     ap.add_argument("--profile", type=int, default=0, help="profile N more steps of each FSDP2 row (rank 0 prints)")
     a = ap.parse_args()
@@ -162,7 +165,9 @@ def main():
     impls = [i for i in a.impls.split(",") if i and not (shared and i == "nccl")]
     groups = {"nccl": dist.new_group(backend="nccl") if "nccl" in impls else None,
               "purlin": dist.new_group(backend="purlin"),
-              "purlin-local": local_placement_group(dev) if "purlin-pool-local" in impls else None}
+              "purlin-pool-local": env_group(dev, TORCH_PURLIN_CUDA_POOL_PLACEMENT="local")
+              if "purlin-pool-local" in impls else None,
+              "purlin-pool-ce": env_group(dev, TORCH_PURLIN_CUDA_CE_BYTES="1M") if "purlin-pool-ce" in impls else None}
     g = torch.Generator().manual_seed(1 + rank)
     data = [(torch.randn(a.batch, a.hidden, generator=g).to(dev, torch.bfloat16),
              torch.randn(a.batch, a.hidden, generator=g).to(dev, torch.bfloat16)) for _ in range(4)]
@@ -177,7 +182,7 @@ def main():
                 if rank == 0:
                     print("purlin-pool skipped: this torch's FSDP2 has no set_allocate_memory_from_process_group_for_comm")
                 continue
-            group = groups["nccl" if impl == "nccl" else "purlin-local" if impl == "purlin-pool-local" else "purlin"]
+            group = groups[impl if impl in ("nccl", "purlin-pool-local", "purlin-pool-ce") else "purlin"]
             net = make_model(a.layers, a.hidden, dev)
             if wrapper == "ddp":
                 model = DDP(net, device_ids=[dev.index], process_group=group)
@@ -196,8 +201,10 @@ def main():
         r["speedup_vs_nccl"] = base[r["wrapper"]] / r["step_ms"] if r["wrapper"] in base else None
     extra = {"protocols": torch_purlin.protocol_counts(groups["purlin"]),
              "empty_us": empty_us(groups["purlin"], dev), "store_round_trip_us": store_round_trip_us(rank, world)}
-    if groups["purlin-local"] is not None:
-        extra["empty_local_us"] = empty_us(groups["purlin-local"], dev)
+    if groups["purlin-pool-local"] is not None:
+        extra["empty_local_us"] = empty_us(groups["purlin-pool-local"], dev)
+    if groups["purlin-pool-ce"] is not None:
+        extra["protocols_ce"] = torch_purlin.protocol_counts(groups["purlin-pool-ce"])
     if rank == 0:
         print(f"train_step: {a.layers} x Linear({a.hidden}) bf16, batch {a.batch}, world {world}"
               f"{' (ranks share a GPU: no nccl)' if shared else ''}, {torch.cuda.get_device_name(dev)}, "
@@ -210,6 +217,8 @@ def main():
         print(f"torch_purlin.empty(1 MB): {extra['empty_us']:.1f} us per call{local_us}; "
               f"a Store all-gather of one short value: {extra['store_round_trip_us']:.1f} us")
         print(f"protocols (purlin's group, every row): {extra['protocols']}")
+        if "protocols_ce" in extra:
+            print(f"protocols (purlin-pool-ce's group): {extra['protocols_ce']}")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"args": vars(a), "world": world, "shared_gpu": shared, "rows": rows, **extra}, f, indent=1)
