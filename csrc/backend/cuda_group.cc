@@ -198,20 +198,22 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
       std::fprintf(stderr, "[purlin] rank 0: %s (TORCH_PURLIN_CUDA_SHARE_GPU): every size runs natively, up to %d "
                    "blocks per launch (logged once)\n", ws_->shared_gpu().c_str(), ws_->launch_config().max_blocks);
   }
-  // NOTE [checked calls]: on if every rank asks (each rank's launches must exchange alike).
-  bool all_check = true;
-  for (const std::string& a : exchange_("check-calls", check_calls_ ? "1" : "0")) all_check &= a == "1";
-  if (check_calls_ && !all_check && env::get_bool("TORCH_PURLIN_LOG"))
-    std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_CHECK_CALLS=1 here but not on every rank: off (logged once)\n",
-                 rank_);
-  check_calls_ = all_check;
-  // NOTE [local placement]: only if every rank asks (an agreeing rank would wait for the others' proposals).
-  bool all_local = true;
-  for (const std::string& a : exchange_("pool-placement", pool_local_ ? "1" : "0")) all_local &= a == "1";
-  if (pool_local_ && !all_local && env::get_bool("TORCH_PURLIN_LOG"))
-    std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_POOL_PLACEMENT=local here but not on every rank: agreed "
-                 "placement (logged once)\n", rank_);
-  pool_local_ = all_local;
+  // Settings that hold only if every rank asks, in one exchange: NOTE [checked
+  // calls] (each rank's launches must exchange alike) and NOTE [local
+  // placement] (an agreeing rank would wait for the others' proposals).
+  const std::string asked = std::string(check_calls_ ? "1" : "0") + (pool_local_ ? "1" : "0");
+  std::string every = asked;
+  for (const std::string& a : exchange_("every-rank-settings", asked))
+    for (size_t i = 0; i < every.size(); ++i)
+      if (i >= a.size() || a[i] != '1') every[i] = '0';
+  auto settle = [&](bool* flag, size_t i, const char* setting, const char* instead) {
+    if (*flag && every[i] != '1' && env::get_bool("TORCH_PURLIN_LOG"))
+      std::fprintf(stderr, "[purlin] rank %d: %s here but not on every rank: %s (logged once)\n", rank_, setting,
+                   instead);
+    *flag = every[i] == '1';
+  };
+  settle(&check_calls_, 0, "TORCH_PURLIN_CUDA_CHECK_CALLS=1", "off");
+  settle(&pool_local_, 1, "TORCH_PURLIN_CUDA_POOL_PLACEMENT=local", "agreed placement");
   if (all_ce) ce_ = std::move(ce);
   else if (debug_ && mine > 0)
     std::fprintf(stderr, "[purlin] rank %d: copy-engine Atom unavailable here or on a peer: %s\n", rank_,
@@ -343,14 +345,6 @@ bool CudaGroup::peer_outputs_allowed(const Request& rq) const {
   return (rq.op == CollOp::AllGather || rq.op == CollOp::Broadcast) && !rq.custom && rq.out_numel > 0;
 }
 
-// NOTE [copy-engine zero-copy]: the copy engines only pull, so a copy
-// collective whose output is in the pool (where the kernel would write into
-// the peers' outputs, NOTE [peer outputs]) reads the peers' inputs instead
-// when those are in the pool too: in-place all_gather (rank q's input is
-// slot q of its output: nobody else writes it) and in-place broadcast (only
-// the root's buffer is read), or any input in a pool block of its own. Every
-// rank judges alike by the contract of torch_purlin.empty (pool tensors on
-// every rank, at the same offsets), which the call check enforces.
 // In-place all_gather by its layout, alike on every rank (rank 0's input
 // starts where its output does: alias Same there, Shifted elsewhere).
 static bool in_place_all_gather(const Request& rq, int rank, int world) {
@@ -359,17 +353,24 @@ static bool in_place_all_gather(const Request& rq, int rank, int world) {
          static_cast<const char*>(rq.in) == static_cast<const char*>(rq.out) + static_cast<size_t>(rank) * bytes;
 }
 
+// NOTE [copy-engine zero-copy]: the copy engines only pull, so a copy
+// collective whose output is in the pool (where the kernel would write into
+// the peers' outputs, NOTE [peer outputs]) reads the peers' inputs instead
+// when those are in the pool too: in-place all_gather (rank q's input is
+// slot q of its output: nobody else writes it) and in-place broadcast (only
+// the root's buffer is read), or any input in a pool block of its own. Every
+// rank judges alike by the contract of torch_purlin.empty (pool tensors on
+// every rank, at the same offsets), which the call check enforces.
 bool CudaGroup::ce_sources_in_pool(const Request& rq, int64_t out_offset, int64_t* in_offset) const {
-  const cu::IoAlias alias = alias_of(rq);
   if (in_place_all_gather(rq, rank_, world_)) {
     *in_offset = out_offset;  // rank q's input: out_offset + q * its bytes
     return true;
   }
-  if (alias == cu::IoAlias::Same && rq.op == CollOp::Broadcast) {
+  if (!zero_copy_allowed(rq)) return false;  // NOTE [zero-copy in place]
+  if (alias_of(rq) == cu::IoAlias::Same) {   // in-place broadcast: the input is the pool output
     *in_offset = out_offset;
     return true;
   }
-  if (alias != cu::IoAlias::Disjoint || !zero_copy_allowed(rq)) return false;
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
   *in_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * esize));
   return *in_offset >= 0;

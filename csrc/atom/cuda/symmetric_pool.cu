@@ -121,7 +121,6 @@ int64_t SymmetricPool::allocate(int64_t nbytes, const AllGather& exchange, cudaS
 int64_t SymmetricPool::allocate_local(int64_t nbytes, cudaStream_t stream) {
   nbytes = std::max<int64_t>(kAlign, round_up(nbytes));
   std::lock_guard<std::mutex> g(mu_);
-  ++seq_;
   DeviceScope scope(device_);
   RelaxedCapture relaxed;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
