@@ -111,24 +111,6 @@ def empty_us(group, dev, calls=200):
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def env_group(dev, **env):
-    """A purlin group created under the given TORCH_PURLIN_* settings (read when the group's CUDA engine is
-    created, by its first CUDA collective); the environment is restored afterwards."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        g = dist.new_group(backend="purlin")
-        dist.all_reduce(torch.ones(1, device=dev), group=g)
-        torch.cuda.synchronize()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return g
-
-
 def store_round_trip_us(rank, world, calls=200):
     """Host microseconds per Store all-gather of a short value (set one key, get every peer's)."""
     store = dist.distributed_c10d._get_default_store()
@@ -163,11 +145,14 @@ def main():
     dist.init_process_group(backend="gloo")
     shared = os.environ.get("TORCH_PURLIN_CUDA_SHARE_GPU") == "1" and world > torch.cuda.device_count()
     impls = [i for i in a.impls.split(",") if i and not (shared and i == "nccl")]
+
+    def settings_group(impl, **settings):
+        return torch_purlin.group_with_settings(settings, device=dev) if impl in impls else None
+
     groups = {"nccl": dist.new_group(backend="nccl") if "nccl" in impls else None,
               "purlin": dist.new_group(backend="purlin"),
-              "purlin-pool-local": env_group(dev, TORCH_PURLIN_CUDA_POOL_PLACEMENT="local")
-              if "purlin-pool-local" in impls else None,
-              "purlin-pool-ce": env_group(dev, TORCH_PURLIN_CUDA_CE_BYTES="1M") if "purlin-pool-ce" in impls else None}
+              "purlin-pool-local": settings_group("purlin-pool-local", TORCH_PURLIN_CUDA_POOL_PLACEMENT="local"),
+              "purlin-pool-ce": settings_group("purlin-pool-ce", TORCH_PURLIN_CUDA_CE_BYTES="1M")}
     g = torch.Generator().manual_seed(1 + rank)
     data = [(torch.randn(a.batch, a.hidden, generator=g).to(dev, torch.bfloat16),
              torch.randn(a.batch, a.hidden, generator=g).to(dev, torch.bfloat16)) for _ in range(4)]

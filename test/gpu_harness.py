@@ -101,20 +101,9 @@ def assert_equal(got, want, what):
 
 def purlin_group(timeout, **env):
     """A purlin group whose CUDA engine is created (by a first CUDA op) while env is set; env is restored after."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        g = dist.new_group(backend="purlin", timeout=timeout)
-        warm = torch.zeros(dist.get_world_size(g), device="cuda")
-        dist.all_gather_into_tensor(warm, torch.ones(1, device="cuda"), group=g)
-        torch.cuda.synchronize()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return g
+    import torch_purlin
+
+    return torch_purlin.group_with_settings(env, timeout=timeout, device="cuda")
 
 
 class Runner:

@@ -46,6 +46,29 @@ class BackendCpuTest(DistTestCase):
         self.assertGreaterEqual(torch_purlin.counters()["custom"][0], 2)
 
     @spawned
+    def test_group_with_settings_reads_them_and_restores_the_environment(self):
+        os.environ["TORCH_PURLIN_FORCE_FALLBACK"] = "scatter"  # the process's own value, to come back
+        os.environ.pop("TORCH_PURLIN_LOG", None)
+        g = torch_purlin.group_with_settings({"TORCH_PURLIN_FORCE_FALLBACK": "broadcast", "TORCH_PURLIN_LOG": 0},
+                                             ranks=[0, 2], device="cpu")
+        self.assertEqual(os.environ["TORCH_PURLIN_FORCE_FALLBACK"], "scatter")
+        self.assertNotIn("TORCH_PURLIN_LOG", os.environ)
+        if self.rank != 1:
+            x = make_input(self.next_seed(), 0, (33,), torch.float32)
+            y = x.clone() if self.rank == 0 else torch.full_like(x, float("nan"))
+            dist.broadcast(y, 0, group=g)
+            self.assertTrue(torch.equal(y, x))
+            c = torch_purlin.counters(g)
+            self.assertEqual(c["broadcast"], (0, 1))  # the group's setting
+            self.assertEqual(c["all_gather_into_tensor"], (1, 0))  # its first collective ran natively
+        else:
+            self.assertIs(g, dist.GroupMember.NON_GROUP_MEMBER)
+            self.next_seed()
+        del os.environ["TORCH_PURLIN_FORCE_FALLBACK"]
+        with self.assertRaisesRegex(ValueError, "TORCH_PURLIN_FORCE_FALBACK"):
+            torch_purlin.group_with_settings({"TORCH_PURLIN_FORCE_FALBACK": "all"})
+
+    @spawned
     def test_subgroup_and_mixed_backend_string(self):
         sub = dist.new_group([0, 2], backend="purlin")
         x = torch.arange(4, dtype=torch.float32) + self.rank

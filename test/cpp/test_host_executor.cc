@@ -25,17 +25,13 @@
 #include "snac/collectives.h"
 #include "snac/executor.h"
 #include "snac/plan.h"
+#include "expect.h"
 
 using namespace purlin;
 
 namespace {
 
-int g_failed = 0;
-
-void expect(bool ok, const std::string& what) {
-  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  g_failed += !ok;
-}
+void expect(bool ok, const std::string& what) { test::expect(ok, what, /*verbose=*/true); }
 
 // Flags and workspaces of W ranks in one process.
 struct Shared {
@@ -215,6 +211,5 @@ int main() {
         if (q != r) untouched &= std::memcmp(&outs[r][q * n], &before[r][q * n], n * 4) == 0;
     expect(untouched, "nothing copied from the wrong buffer");
   }
-  std::printf("host executor: %d failed\n", g_failed);
-  return g_failed ? 1 : 0;
+  return purlin::test::test_summary("host executor");
 }

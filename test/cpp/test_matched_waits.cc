@@ -11,17 +11,13 @@
 
 #include "snac/collectives.h"
 #include "snac/plan.h"
+#include "expect.h"
 
 using namespace purlin;
 
 namespace {
 
-int g_failed = 0;
-
-void expect(bool ok, const std::string& what) {
-  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  g_failed += !ok;
-}
+void expect(bool ok, const std::string& what) { test::expect(ok, what, /*verbose=*/true); }
 
 struct Counts {
   int waits = 0, matched = 0, catch_up = 0, rounds = 0;
@@ -101,6 +97,5 @@ int main() {
     }
     expect(any && ok, "catch-ups are unmatched and wait for the highest value waited for so far");
   }
-  std::printf("%d failed\n", g_failed);
-  return g_failed ? 1 : 0;
+  return purlin::test::test_summary("matched waits");
 }

@@ -14,18 +14,12 @@
 #include <vector>
 
 #include "atom/cuda/pool_blocks.h"
+#include "expect.h"
 
 namespace cu = purlin::atom::cuda;
 using Stream = cu::PoolBlocks::Stream;
 
-static int failed = 0;
-
-static void expect(bool ok, const std::string& what) {
-  if (!ok) {
-    std::printf("FAIL: %s\n", what.c_str());
-    ++failed;
-  }
-}
+using purlin::test::expect;
 
 static const int kA = 1, kB = 2;
 static const Stream A = &kA, B = &kB;  // two stream keys
@@ -199,6 +193,5 @@ int main() {
     }
     expect(checked > 5000, "random run checked " + std::to_string(checked) + " fits");
   }
-  std::printf("pool blocks: %d failed\n", failed);
-  return failed ? 1 : 0;
+  return purlin::test::test_summary("pool blocks");
 }

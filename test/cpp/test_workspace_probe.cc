@@ -7,17 +7,11 @@
 #include <vector>
 
 #include "atom/cuda/workspace_probe.h"
+#include "expect.h"
 
 namespace cu = purlin::atom::cuda;
 
-static int failed = 0;
-
-static void expect(bool ok, const std::string& what) {
-  if (!ok) {
-    std::printf("FAIL: %s\n", what.c_str());
-    ++failed;
-  }
-}
+using purlin::test::expect;
 
 static cu::WorkspaceProbe probe(const std::string& bus, int share) {
   cu::WorkspaceProbe p;
@@ -76,6 +70,5 @@ int main() {
          "shared: half an equal share");
   expect(cu::sm_budget(4, 8) == 1, "at least one SM");
 
-  std::printf("%d failed\n", failed);
-  return failed ? 1 : 0;
+  return purlin::test::test_summary("workspace probe");
 }
