@@ -26,11 +26,11 @@ import torch.distributed as dist
 
 from gpu_harness import (Runner, all_gather_input, assert_equal, check_exited_cleanly, check_family, gpus_missing,
                          init_worker, purlin_group, run_suite, shares_gpu)
+from mp_util import PREMUL_FACTOR, reference
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "240"))
 PURLIN_TIMEOUT = timedelta(seconds=20)  # bounded device waits: a hang fails a case, not the suite
-PREMUL_FACTOR = 0.3
 RTOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -83,29 +83,11 @@ def make_input(seed, rank, n, dtype, op=None):
     return x.to(dtype)
 
 
-def cpu_reduce(xs, op):
-    wide = torch.float64 if xs[0].dtype.is_floating_point else torch.int64
-    x = torch.stack([t.to(wide) for t in xs])
-    if op in ("sum", "avg", "premul_sum"):
-        r = x.sum(0)
-        if op == "avg":
-            r = r / len(xs)
-        elif op == "premul_sum":
-            r = r * PREMUL_FACTOR
-    elif op == "product":
-        r = x.prod(0)
-    elif op == "min":
-        r = x.amin(0)
-    else:
-        r = x.amax(0)
-    return r
-
-
 def assert_reduced(got, xs, op, what):
     """got (any device) is the reduction of xs under op."""
     got = got.cpu()
     dtype = xs[0].dtype
-    ref = cpu_reduce(xs, op)
+    ref = reference(xs, op)
     if not dtype.is_floating_point:
         # integers wrap like the device arithmetic (two's complement of the width)
         return assert_equal(got, ref.to(dtype), what)
