@@ -1276,6 +1276,45 @@ def _worker(rank, world, init_file, log_path):
     R.check("wide lines: 400 back-to-back 1 MiB collectives, fresh data", line_tear_stress, wide, 400)
     R.check("narrow lines: 200 back-to-back 1 MiB collectives, fresh data", line_tear_stress, narrow, 200)
 
+    def mixed_call(kind, i, n, dtype, group, big_n, a2a_n):
+        # One collective of a back-to-back sequence, by kind (0 broadcast, 1 reduce, 2 all_reduce,
+        # 3 all_gather, 4 a large all_reduce of big_n elements, 5 all_to_all of a2a_n per rank) with
+        # rotating roots; returns (output, reference, reduce op or None, name) to check after the sequence.
+        xs = inputs(n, dtype, "sum")
+        root = i % W
+        if kind == 0:
+            t = xs[rank].to(dev)
+            dist.broadcast(t, src=root, group=group)
+            return t, xs[root], None, f"broadcast {i}"
+        if kind == 1:
+            t = xs[rank].to(dev)
+            dist.reduce(t, dst=root, op=dist.ReduceOp.SUM, group=group)
+            return t, xs if rank == root else xs[rank], "sum" if rank == root else None, f"reduce {i}"
+        if kind == 2:
+            t = xs[rank].to(dev)
+            dist.all_reduce(t, group=group)
+            return t, xs, "sum", f"all_reduce {i}"
+        if kind == 3:
+            out = torch.empty(W * n, dtype=dtype, device=dev)
+            dist.all_gather_into_tensor(out, xs[rank].to(dev), group=group)
+            return out, torch.cat(xs), None, f"all_gather {i}"
+        if kind == 4:
+            big = inputs(big_n, torch.float32, "sum")  # a workspace plan in between
+            t = big[rank].to(dev)
+            dist.all_reduce(t, group=group)
+            return t, big, "sum", f"all_reduce big {i}"
+        full = inputs(W * a2a_n, dtype, "sum")
+        out = torch.empty(W * a2a_n, dtype=dtype, device=dev)
+        dist.all_to_all_single(out, full[rank].to(dev), group=group)
+        return out, torch.cat([f[rank * a2a_n:(rank + 1) * a2a_n] for f in full]), None, f"all_to_all {i}"
+
+    def check_sequence(checks):
+        for got, want, op, what in checks:
+            if op is None:
+                assert_equal(got, want, what)
+            else:
+                assert_reduced(got, want, op, what)
+
     def line_sequence(group, n_iters):
         # Line collectives back to back with no host sync, asymmetric ones
         # (broadcast / reduce from rotating roots, where a root reads nothing)
@@ -1284,39 +1323,8 @@ def _worker(rank, world, init_file, log_path):
         for i in range(n_iters):
             n = (1, 7, 1000, 4099, 65537)[i % 5]
             dtype = (torch.float32, torch.bfloat16, torch.int32)[i % 3]
-            xs = inputs(n, dtype, "sum")
-            kind = i % 6
-            if kind == 0:
-                t = xs[rank].to(dev)
-                dist.broadcast(t, src=i % W, group=group)
-                checks.append((t, xs[i % W], None, f"broadcast {i}"))
-            elif kind == 1:
-                t = xs[rank].to(dev)
-                dist.reduce(t, dst=i % W, op=dist.ReduceOp.SUM, group=group)
-                checks.append((t, xs if rank == i % W else xs[rank], "sum" if rank == i % W else None, f"reduce {i}"))
-            elif kind == 2:
-                t = xs[rank].to(dev)
-                dist.all_reduce(t, group=group)
-                checks.append((t, xs, "sum", f"all_reduce {i}"))
-            elif kind == 3:
-                out = torch.empty(W * n, dtype=dtype, device=dev)
-                dist.all_gather_into_tensor(out, xs[rank].to(dev), group=group)
-                checks.append((out, torch.cat(xs), None, f"all_gather {i}"))
-            elif kind == 4:
-                big = inputs(300_001, torch.float32, "sum")  # workspace plan in between
-                t = big[rank].to(dev)
-                dist.all_reduce(t, group=group)
-                checks.append((t, big, "sum", f"all_reduce big {i}"))
-            else:
-                full = inputs(W * n, dtype, "sum")
-                out = torch.empty(W * n, dtype=dtype, device=dev)
-                dist.all_to_all_single(out, full[rank].to(dev), group=group)
-                checks.append((out, torch.cat([f[rank * n:(rank + 1) * n] for f in full]), None, f"all_to_all {i}"))
-        for got, want, op, what in checks:
-            if op is None:
-                assert_equal(got, want, what)
-            else:
-                assert_reduced(got, want, op, what)
+            checks.append(mixed_call(i % 6, i, n, dtype, group, big_n=300_001, a2a_n=n))
+        check_sequence(checks)
 
     R.check("120 mixed collectives, no host sync", line_sequence, pg, 120)
     R.check("60 mixed collectives, no host sync (wide lines)", line_sequence, wide, 60)
@@ -1388,40 +1396,9 @@ def _worker(rank, world, init_file, log_path):
         for i in range(n_iters):
             n = (mid, 777_777 // 2, 400_000, 1000, mid)[i % 5]
             dtype = (torch.float32, torch.bfloat16, torch.int32)[i % 3]
-            xs = inputs(n, dtype, "sum")
             kind = i % 7
-            if kind == 0:
-                t = xs[rank].to(dev)
-                dist.broadcast(t, src=i % W, group=pp)
-                checks.append((t, xs[i % W], None, f"broadcast {i}"))
-            elif kind == 1:
-                t = xs[rank].to(dev)
-                dist.reduce(t, dst=i % W, op=dist.ReduceOp.SUM, group=pp)
-                checks.append((t, xs if rank == i % W else xs[rank], "sum" if rank == i % W else None, f"reduce {i}"))
-            elif kind in (2, 6):
-                t = xs[rank].to(dev)
-                dist.all_reduce(t, group=pp)
-                checks.append((t, xs, "sum", f"all_reduce {i}"))
-            elif kind == 3:
-                out = torch.empty(W * n, dtype=dtype, device=dev)
-                dist.all_gather_into_tensor(out, xs[rank].to(dev), group=pp)
-                checks.append((out, torch.cat(xs), None, f"all_gather {i}"))
-            elif kind == 4:
-                big = inputs(3_000_001, torch.float32, "sum")  # a workspace plan in between
-                t = big[rank].to(dev)
-                dist.all_reduce(t, group=pp)
-                checks.append((t, big, "sum", f"all_reduce big {i}"))
-            else:
-                full = inputs(W * (n // W + 1), dtype, "sum")
-                k = n // W + 1
-                out = torch.empty(W * k, dtype=dtype, device=dev)
-                dist.all_to_all_single(out, full[rank].to(dev), group=pp)
-                checks.append((out, torch.cat([f[rank * k:(rank + 1) * k] for f in full]), None, f"all_to_all {i}"))
-        for got, want, op, what in checks:
-            if op is None:
-                assert_equal(got, want, what)
-            else:
-                assert_reduced(got, want, op, what)
+            checks.append(mixed_call(2 if kind == 6 else kind, i, n, dtype, pp, big_n=3_000_001, a2a_n=n // W + 1))
+        check_sequence(checks)
 
     R.check("100 mixed collectives, no host sync", parity_sequence, 100)
 
