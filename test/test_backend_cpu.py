@@ -69,6 +69,68 @@ class BackendCpuTest(DistTestCase):
             torch_purlin.group_with_settings({"TORCH_PURLIN_FORCE_FALBACK": "all"})
 
     @spawned
+    def test_batch_isend_irecv_delivers_and_leaves_point_to_point_usable(self):
+        # NOTE [coalescing]: torch hands back only endCoalescing()'s Work for the batch.
+        W, r = self.world_size, self.rank
+        for n in (10, 100_003):
+            seed = self.next_seed()
+            mine = make_input(seed, r, (n,), torch.float32)
+            frm = make_input(seed, (r - 1) % W, (n,), torch.float32)
+            back = make_input(seed, (r + 1) % W, (n,), torch.float32)
+            got, got_back = torch.full((n,), float("nan")), torch.full((n,), float("nan"))
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, (r + 1) % W),
+                                           dist.P2POp(dist.irecv, got, (r - 1) % W),
+                                           dist.P2POp(dist.isend, mine, (r - 1) % W),
+                                           dist.P2POp(dist.irecv, got_back, (r + 1) % W)])
+            for q in reqs:
+                q.wait()
+            self.assertTrue(torch.equal(got, frm), f"n={n}: ring forward")
+            self.assertTrue(torch.equal(got_back, back), f"n={n}: ring backward")
+        plain = torch.full((7,), float("nan"))
+        works = [dist.isend(torch.full((7,), float(r)), (r + 1) % W), dist.irecv(plain, (r - 1) % W)]
+        for w in works:
+            w.wait()
+        self.assertTrue(torch.equal(plain, torch.full((7,), float((r - 1) % W))))
+        self.assertGreaterEqual(torch_purlin.counters()["send"][1], 5)
+
+    @spawned
+    def test_coalescing_manager_works_cover_every_op(self):
+        # An async block's one Work stands for all its ops (NOTE [coalescing]).
+        xs = self.rank_inputs(self.next_seed(), (1000,), torch.float32)
+        ts = [xs[self.rank].clone(), xs[self.rank].clone() * 2]
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t)
+        cm.wait()
+        want = torch.stack(xs).double().sum(0)
+        torch.testing.assert_close(ts[0].double(), want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ts[1].double(), 2 * want, rtol=1e-5, atol=1e-5)
+
+    @spawned
+    def test_bitwise_reductions_and_sparse_tensors_fall_back_to_gloo(self):
+        for op, fold in ((dist.ReduceOp.BAND, torch.bitwise_and), (dist.ReduceOp.BOR, torch.bitwise_or),
+                         (dist.ReduceOp.BXOR, torch.bitwise_xor)):
+            for dtype in (torch.int32, torch.uint8, torch.bool):
+                xs = self.rank_inputs(self.next_seed(), (37,), dtype)
+                t = xs[self.rank].clone()
+                dist.all_reduce(t, op=op)
+                want = xs[0]
+                for x in xs[1:]:
+                    want = fold(want, x)
+                self.assertTrue(torch.equal(t, want), f"{op} {dtype}")
+        self.assertEqual(torch_purlin.counters()["all_reduce"], (0, 9))
+        idx = torch.tensor([[self.rank, 5]])
+        val = torch.tensor([1.0 + self.rank, 2.0])
+        s = torch.sparse_coo_tensor(idx, val, (8,))
+        dist.all_reduce(s)
+        want = torch.zeros(8)
+        for q in range(self.world_size):
+            want[q] += 1.0 + q
+        want[5] += 2.0 * self.world_size
+        self.assertTrue(torch.equal(s.to_dense(), want))
+        self.assertEqual(torch_purlin.counters()["all_reduce"], (0, 10))
+
+    @spawned
     def test_subgroup_and_mixed_backend_string(self):
         sub = dist.new_group([0, 2], backend="purlin")
         x = torch.arange(4, dtype=torch.float32) + self.rank

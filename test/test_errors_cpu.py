@@ -45,6 +45,14 @@ class TestBadInput(DistTestCase):
         expected = self.world_size * (self.world_size + 1) / 2
         self.assertTrue(bool((t == expected).all()), f"rank {self.rank}: group broken after error")
 
+    @spawned
+    def test_root_outside_the_group(self):
+        for name, call in (("broadcast", lambda o: dist.group.WORLD.broadcast([torch.ones(5)], o)),
+                           ("reduce", lambda o: dist.group.WORLD.reduce([torch.ones(5)], o))):
+            opts = dist.BroadcastOptions() if name == "broadcast" else dist.ReduceOptions()
+            opts.rootRank = self.world_size
+            self.expect_error(lambda: call(opts).wait(), name, rf"root rank {self.world_size} is outside the group")
+
     # Cases where one rank is wrong: every rank must raise (no rank may hang or
     # silently read past the end of a peer's buffer).
 
@@ -134,35 +142,44 @@ class TestTimeout(DistTestCase):
     def destroy_pg_upon_exit(self):
         return False  # the group is broken by design; leave it alone
 
-    @spawned
-    def test_missing_peer_times_out(self):
+    def expect_rank_1_missing(self, run, patterns):
+        """Rank 1 skips run() and stays alive (a silent peer, not a dead one); rank 0's run() must
+        raise after the group timeout, within SLACK_S, with a message matching every pattern."""
         store = dist.distributed_c10d._get_default_store()
-        t = torch.ones(1025)
-        dist.all_reduce(t)  # the group is up and connected
+        key = f"timeout_test/{self.id()}/done"
         if self.rank == 1:
-            # Skip the collective, and stay alive until rank 0 is done so that it
-            # sees a silent peer, not a dead one.
             try:
-                store.wait(["timeout_test/done"], timedelta(seconds=30))
+                store.wait([key], timedelta(seconds=30))
             except RuntimeError:
-                raise AssertionError("rank 0's all_reduce without rank 1 did not end in 30 s")
+                raise AssertionError("rank 0's collective without rank 1 did not end in 30 s")
             return
         start = time.monotonic()
         try:
             with self.assertRaises(RuntimeError) as cm:
-                dist.all_reduce(t)
+                run()
         finally:
-            store.set("timeout_test/done", "1")
+            store.set(key, "1")
         elapsed = time.monotonic() - start
         msg = str(cm.exception)
         limit = self.PG_TIMEOUT.total_seconds()
         self.assertGreater(elapsed, 0.8 * limit, f"raised before the timeout: {msg}")
         self.assertLess(elapsed, limit + self.SLACK_S, f"raised after {elapsed:.1f}s: {msg}")
-        self.assertRegex(msg, re.compile(r"timed out", re.I))
-        self.assertRegex(msg, re.compile(r"rank[\s=:\[]*1\b", re.I),
-                         "the message must name the missing peer")
-        # No further collectives: the group is broken.
+        for pattern in patterns:
+            self.assertRegex(msg, re.compile(pattern, re.I), msg)
 
+    @spawned
+    def test_missing_peer_times_out(self):
+        t = torch.ones(1025)
+        dist.all_reduce(t)  # the group is up and connected
+        # the message must name the missing peer; no further collectives: the group is broken
+        self.expect_rank_1_missing(lambda: dist.all_reduce(t), (r"timed out", r"rank[\s=:\[]*1\b"))
+
+    @spawned
+    def test_missing_peer_at_the_first_collective_times_out(self):
+        # The group sets itself up on its first collective: that wait is bounded by the
+        # group's timeout too (store_rendezvous.h), not by the store's.
+        self.expect_rank_1_missing(lambda: dist.all_reduce(torch.ones(8)),
+                                   (r"timed out", r"all_reduce", r"rank 0\b", r"waiting for rank 1\b"))
 
 if __name__ == "__main__":
     run_tests()

@@ -419,6 +419,29 @@ def _worker(rank, world, init_file, log_path):
     for n in (1, 4099, 1_000_003):
         R.check(f"all_reduce + all_gather n={n}", async_case, n)
 
+    def coalesced_block(n):
+        # NOTE [coalescing] (csrc/backend/coalesced_work.h): torch hands back only endCoalescing()'s Work
+        # for an async block (the fast path's all_reduce_coalesced Work is dropped), so that Work must
+        # order the caller's stream after the block's collectives on purlin's stream.
+        xs, ys = inputs(n, torch.float32, "sum"), inputs(n + 5, torch.float32, "sum")
+        t, u = xs[rank].to(dev), ys[rank].to(dev)
+        with dist._coalescing_manager(group=pg, device=dev, async_ops=True) as cm:
+            dist.all_reduce(t, group=pg)
+            dist.all_reduce(u, group=pg)
+        cm.wait()
+        t2, u2 = t.clone(), u.clone()  # read on the current stream right after wait()
+        assert_reduced(t2, xs, "sum", f"coalesced async all_reduce n={n}")
+        assert_reduced(u2, ys, "sum", f"coalesced async all_reduce n={n + 5}")
+        g = inputs(n, torch.bfloat16)
+        out = torch.empty(W * n, dtype=torch.bfloat16, device=dev)
+        with dist._coalescing_manager(group=pg, device=dev, async_ops=True) as cm:
+            dist.all_gather_into_tensor(out, g[rank].to(dev), group=pg)
+        cm.wait()
+        assert_equal(out.clone(), torch.cat(g), f"coalesced async all_gather_into_tensor n={n}")
+
+    for n in (4099, 1_000_003, 8_000_001):
+        R.check(f"async coalesced block n={n}", coalesced_block, n)
+
     # -- CUDA graph capture + replay -------------------------------------------------------------------
     R.family = "graph"
 
@@ -625,10 +648,23 @@ def _worker(rank, world, init_file, log_path):
         assert cnt["broadcast"] == (0, 1), cnt
         assert cnt["all_gather_into_tensor"] == (1, 0), cnt
 
+    def batch_p2p_case():
+        # point-to-point goes to NCCL; a batch is one NCCL group (NOTE [coalescing]), so a ring of
+        # sends and receives larger than NCCL's buffers cannot deadlock
+        n = 4_000_003
+        xs = inputs(n, torch.float32)
+        got = torch.full((n,), float("nan"), device=dev)
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, xs[rank].to(dev), (rank + 1) % W, group=fb),
+                                       dist.P2POp(dist.irecv, got, (rank - 1) % W, group=fb)])
+        for q in reqs:
+            q.wait()
+        assert_equal(got.clone(), xs[(rank - 1) % W], "batch_isend_irecv ring")
+
     if shared:
         R.skip("ranks share a GPU: no NCCL to fall back to (NOTE [shared GPU])")
     else:
         R.check("bool/complex reductions and a forced op use NCCL", fallback_case)
+        R.check("batch_isend_irecv ring through NCCL", batch_p2p_case)
 
     # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h) -----------------
     R.family = "protocol_table"

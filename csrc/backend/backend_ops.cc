@@ -45,6 +45,12 @@ void set_io(Request& rq, const at::Tensor& in, const at::Tensor& out) {
     if (!(ok) && (rq).error.empty()) (rq).error = why; \
   } while (0)
 
+void set_root(Request& rq, int64_t root, int world) {
+  rq.root = static_cast<int>(root);
+  PURLIN_REQUIRE(rq, root >= 0 && root < world,
+                 "root rank " + std::to_string(root) + " is outside the group of " + std::to_string(world) + " ranks");
+}
+
 void require_same_dtype(Request& rq, const std::vector<at::Tensor>& ts) {
   std::string why = check_same_dtype(ts);
   if (!why.empty() && rq.error.empty()) rq.error = std::move(why);
@@ -54,7 +60,7 @@ void require_same_dtype(Request& rq, const std::vector<at::Tensor>& ts) {
 int64_t bytes_of(const std::vector<at::Tensor>& ts) {
   int64_t n = 0;
   for (const auto& t : ts)
-    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+    if (t.defined() && t.layout() == c10::kStrided) n += static_cast<int64_t>(t.nbytes());  // sparse: no nbytes
   return n;
 }
 
@@ -73,14 +79,16 @@ int64_t numel_of(const std::vector<at::Tensor>& ts) {
 
 // Routes to the fallback if the op cannot (or, by the protocol table, should
 // not) run natively; `table_bytes` as in fallback_reason (-1: no table).
-#define PURLIN_FALLBACK_SIZED(op_name, tensors, table_bytes, call)                      \
-  do {                                                                                  \
-    bool by_table_ = false;                                                             \
-    const std::string why_ = fallback_reason(op_name, tensors, table_bytes, &by_table_); \
-    if (!why_.empty()) return fallback_for(op_name, tensors, why_, by_table_).call;     \
-  } while (0);                                                                          \
-  /* PURLIN-CUDA hook: the op's stream and Work when it runs natively on CUDA */         \
+#define PURLIN_FALLBACK_REDUCING(op_name, tensors, table_bytes, redop, call)                       \
+  do {                                                                                              \
+    bool by_table_ = false;                                                                         \
+    const std::string why_ = fallback_reason(op_name, tensors, table_bytes, &by_table_, redop);     \
+    if (!why_.empty()) return coalesced(fallback_for(op_name, tensors, why_, by_table_).call);      \
+  } while (0);                                                                                      \
+  /* PURLIN-CUDA hook: the op's stream and Work when it runs natively on CUDA */                     \
   CudaOpScope purlin_cuda_scope_(cuda_.get(), tensors, opts.asyncOp)
+#define PURLIN_FALLBACK_SIZED(op_name, tensors, table_bytes, call) \
+  PURLIN_FALLBACK_REDUCING(op_name, tensors, table_bytes, nullptr, call)
 #define PURLIN_FALLBACK(op_name, tensors, call) PURLIN_FALLBACK_SIZED(op_name, tensors, int64_t{-1}, call)
 
 // Runs rq on the flat `in` / `out` and copies `out` back into `outs` (a no-op
@@ -95,7 +103,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_flat(Request& rq, const at::Te
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
-  PURLIN_FALLBACK_SIZED("all_reduce", tensors, bytes_of(tensors), allreduce(tensors, opts));
+  PURLIN_FALLBACK_REDUCING("all_reduce", tensors, bytes_of(tensors), &opts.reduceOp, allreduce(tensors, opts));
   Request rq = request(CollOp::AllReduce, "all_reduce", tensors[0]);
   set_reduction(rq, opts.reduceOp);
   PURLIN_REQUIRE(rq, tensors.size() == 1, "expects one tensor per process");
@@ -108,7 +116,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                   const c10d::AllreduceCoalescedOptions& opts) {
-  PURLIN_FALLBACK_SIZED("all_reduce_coalesced", tensors, bytes_of(tensors), allreduce_coalesced(tensors, opts));
+  PURLIN_FALLBACK_REDUCING("all_reduce_coalesced", tensors, bytes_of(tensors), &opts.reduceOp,
+                           allreduce_coalesced(tensors, opts));
   Request rq = request(CollOp::AllReduce, "all_reduce_coalesced", tensors.empty() ? at::Tensor() : tensors[0]);
   set_reduction(rq, opts.reduceOp);
   PURLIN_REQUIRE(rq, check_same_dtype(tensors).empty(), check_same_dtype(tensors));
@@ -121,10 +130,10 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce_coalesced(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::ReduceOptions& opts) {
-  PURLIN_FALLBACK_SIZED("reduce", tensors, bytes_of(tensors), reduce(tensors, opts));
+  PURLIN_FALLBACK_REDUCING("reduce", tensors, bytes_of(tensors), &opts.reduceOp, reduce(tensors, opts));
   Request rq = request(CollOp::Reduce, "reduce", tensors[0]);
   set_reduction(rq, opts.reduceOp);
-  rq.root = static_cast<int>(opts.rootRank);
+  set_root(rq, opts.rootRank, getSize());
   at::Tensor buf = flat_of(tensors[0]);
   set_io(rq, buf, getRank() == rq.root ? buf : at::Tensor());
   auto work = run_native(rq, tensors);
@@ -136,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>&
                                                         const c10d::BroadcastOptions& opts) {
   PURLIN_FALLBACK_SIZED("broadcast", tensors, bytes_of(tensors), broadcast(tensors, opts));
   Request rq = request(CollOp::Broadcast, "broadcast", tensors[0]);
-  rq.root = static_cast<int>(opts.rootRank);
+  set_root(rq, opts.rootRank, getSize());
   at::Tensor buf = flat_of(tensors[0]);
   set_io(rq, buf, buf);
   auto work = run_native(rq, tensors);
@@ -238,7 +247,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
 c10::intrusive_ptr<c10d::Work> PurlinBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_FALLBACK_SIZED("reduce_scatter_tensor", all, bytes_of({input}), _reduce_scatter_base(output, input, opts));
+  PURLIN_FALLBACK_REDUCING("reduce_scatter_tensor", all, bytes_of({input}), &opts.reduceOp,
+                           _reduce_scatter_base(output, input, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor", input);
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
@@ -256,7 +266,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Ten
                                                              const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
-  PURLIN_FALLBACK_SIZED("reduce_scatter", all, bytes_of(inputs), reduce_scatter(outputs, inputs, opts));
+  PURLIN_FALLBACK_REDUCING("reduce_scatter", all, bytes_of(inputs), &opts.reduceOp, reduce_scatter(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter", outputs[0]);
   set_reduction(rq, opts.reduceOp);
   PURLIN_REQUIRE(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");
@@ -275,7 +285,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(st
                                                                               const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK_SIZED("reduce_scatter_tensor_coalesced", all, bytes_of(inputs), reduce_scatter_tensor_coalesced(outputs, inputs, opts));
+  PURLIN_FALLBACK_REDUCING("reduce_scatter_tensor_coalesced", all, bytes_of(inputs), &opts.reduceOp,
+                           reduce_scatter_tensor_coalesced(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
@@ -358,7 +369,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::gather(std::vector<std::vector<at:
   all.insert(all.end(), inputs.begin(), inputs.end());
   PURLIN_FALLBACK("gather", all, gather(outputs, inputs, opts));
   Request rq = request(CollOp::Gather, "gather", inputs[0]);
-  rq.root = static_cast<int>(opts.rootRank);
+  set_root(rq, opts.rootRank, getSize());
   require_same_dtype(rq, all);
   const bool root = getRank() == rq.root;
   if (root) {
@@ -382,7 +393,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::scatter(std::vector<at::Tensor>& o
   all.insert(all.end(), outputs.begin(), outputs.end());
   PURLIN_FALLBACK("scatter", all, scatter(outputs, inputs, opts));
   Request rq = request(CollOp::Scatter, "scatter", outputs[0]);
-  rq.root = static_cast<int>(opts.rootRank);
+  set_root(rq, opts.rootRank, getSize());
   require_same_dtype(rq, all);
   const bool root = getRank() == rq.root;
   if (root) {
@@ -407,19 +418,19 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::barrier(const c10d::BarrierOptions
 c10::intrusive_ptr<c10d::Work> PurlinBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   ++seq_;
   fallback_.count_fallback("send", "point-to-point ops are served by the fallback backend");
-  return fallback_.get(tensors[0].device()).send(tensors, dst, tag);
+  return coalesced(fallback_backend(tensors[0].device()).send(tensors, dst, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   ++seq_;
   fallback_.count_fallback("recv", "point-to-point ops are served by the fallback backend");
-  return fallback_.get(tensors[0].device()).recv(tensors, src, tag);
+  return coalesced(fallback_backend(tensors[0].device()).recv(tensors, src, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   ++seq_;
   fallback_.count_fallback("recv_anysource", "point-to-point ops are served by the fallback backend");
-  return fallback_.get(tensors[0].device()).recvAnysource(tensors, tag);
+  return coalesced(fallback_backend(tensors[0].device()).recvAnysource(tensors, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::run_spec(const snac::Spec& spec, at::Tensor& input,

@@ -150,7 +150,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   } catch (const std::exception& e) {
     my_error = e.what();
   }
-  const Rendezvous rdv = store_rendezvous(store_);
+  const Rendezvous rdv = store_rendezvous(store_, timeout_);
   const std::string why = agree_on_setup(rdv, "purlin/cuda/setup/agree/", rank_, world_, my_error);
   if (!why.empty()) throw std::runtime_error(why);
   const int me = rank_, W = world_;
@@ -248,7 +248,7 @@ void CudaGroup::set_timeout(std::chrono::milliseconds t) {
 atom::CpuAtom& CudaGroup::host_atom() {
   if (!a2a_atom_)
     a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_,
-                               store_rendezvous(store_));
+                               store_rendezvous(store_, timeout_));
   return *a2a_atom_;
 }
 
@@ -759,7 +759,8 @@ std::vector<std::string> CudaGroup::pool_agree(const std::string& tag, const std
   RECORD_FUNCTION("purlin::pool_agree", std::vector<c10::IValue>());  // the host wait for every rank, in profiles
   if (!pool_broken_.empty()) throw std::runtime_error(pool_broken_);
   if (!pool_atom_)
-    pool_atom_ = make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_));
+    pool_atom_ =
+        make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_, timeout_));
   const uint64_t n = ++pool_seq_;
   const atom::WaitSite site{"empty", "symmetric pool: agree on a block's offset with every rank", n};
   try {

@@ -43,12 +43,17 @@ void HostEngine::ensure_atom(const char* op) {
   } catch (const std::exception& e) {
     mine = e.what();
   }
-  const std::string why = agree_on_setup(rdv_, "purlin/cpu/setup/", rank_, world_, mine);
+  std::string why;
+  try {
+    why = agree_on_setup(rdv_, "purlin/cpu/setup/", rank_, world_, mine);
+    if (why.empty()) atom_ = make_shm_group("cpu", rank_, world_, ws, meta_blob_bytes(world_), timeout_, rdv_);
+  } catch (const std::exception& e) {  // a rank that does not arrive (store_rendezvous.h), a segment not made
+    why = e.what();
+  }
   if (!why.empty()) {
     broken_ = why;  // the keys are spent: a second attempt could not agree again
     throw std::runtime_error(error_prefix(op, rank_) + why);
   }
-  atom_ = make_shm_group("cpu", rank_, world_, ws, meta_blob_bytes(world_), timeout_, rdv_);
 }
 
 const snac::Plan& HostEngine::plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool direct_local) {

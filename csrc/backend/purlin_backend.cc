@@ -2,8 +2,10 @@
 // The c10d op overrides are in backend_ops.cc.
 #include "backend/purlin_backend.h"
 
+#include <algorithm>
 #include <ATen/core/ivalue.h>
 
+#include "backend/coalesced_work.h"
 #include "backend/completed_work.h"
 #include "backend/cuda_engine.h"
 #include "backend/host_engine.h"
@@ -26,7 +28,7 @@ void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
 
 HostEngine& PurlinBackend::host() {
   if (!host_) {
-    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_));
+    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_));
   }
   return *host_;
 }
@@ -61,13 +63,16 @@ CudaPath& PurlinBackend::cuda() const {
 }
 
 std::string PurlinBackend::fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors,
-                                           int64_t table_bytes, bool* by_table) const {
+                                           int64_t table_bytes, bool* by_table, const c10d::ReduceOp* redop) const {
   bool cuda_op = false;
   for (const auto& t : tensors) cuda_op |= t.defined() && t.is_cuda();
   if (fallback_.forced(op, cuda_op)) return "forced by TORCH_PURLIN_FORCE_FALLBACK / TORCH_PURLIN_FORCE_NCCL";
+  if (redop && (redop->op_ == c10d::ReduceOp::BAND || redop->op_ == c10d::ReduceOp::BOR ||
+                redop->op_ == c10d::ReduceOp::BXOR))
+    return "bitwise reduce ops (BAND, BOR, BXOR) are not supported natively";
   for (const auto& t : tensors) {
     if (!t.defined()) continue;
-    if (t.is_sparse()) return "sparse tensors are not supported natively";
+    if (t.layout() != c10::kStrided) return "sparse tensors are not supported natively";
     if (t.is_cuda()) {  // PURLIN-CUDA hook: checks every tensor
       const std::string why = cuda().unavailable(op, tensors);
       if (!why.empty() || table_bytes < 0 || getSize() < 2) return why;
@@ -101,23 +106,56 @@ c10d::Backend& PurlinBackend::fallback_for(const std::string& op, const std::vec
     cuda().note_nccl();  // last_launch: whatever sent it there, NCCL runs it
   }
   fallback_.count_fallback(op, why);
-  return fallback_.get(tensors.empty() ? c10::Device(c10::kCPU) : tensors[0].device());
+  return fallback_backend(tensors.empty() ? c10::Device(c10::kCPU) : tensors[0].device());
+}
+
+c10d::Backend& PurlinBackend::fallback_backend(const c10::Device& device) {
+  c10d::Backend& b = fallback_.get(device);
+  if (coalescing_ && b.supportsCoalescing() &&
+      std::find(coalescing_fallbacks_.begin(), coalescing_fallbacks_.end(), &b) == coalescing_fallbacks_.end()) {
+    b.startCoalescing();
+    coalescing_fallbacks_.push_back(&b);
+  }
+  return b;
+}
+
+c10::intrusive_ptr<c10d::Work> PurlinBackend::coalesced(c10::intrusive_ptr<c10d::Work> work) {
+  if (coalescing_ && work) coalesced_works_.push_back(work);
+  return work;
+}
+
+// NOTE [coalescing] (coalesced_work.h). A block left open (an exception inside
+// torch's _coalescing_manager skips endCoalescing) is closed first.
+void PurlinBackend::startCoalescing() {
+  if (coalescing_) endCoalescing();
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<c10d::Work> PurlinBackend::endCoalescing() {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works = std::move(coalesced_works_);
+  std::vector<c10d::Backend*> fallbacks = std::move(coalescing_fallbacks_);
+  coalesced_works_.clear();
+  coalescing_fallbacks_.clear();
+  coalescing_ = false;
+  for (c10d::Backend* b : fallbacks)
+    if (auto w = b->endCoalescing()) works.push_back(w);
+  if (works.empty()) return completed_work({});
+  if (works.size() == 1) return works[0];
+  return c10::make_intrusive<CoalescedWork>(std::move(works));
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::run_native(Request& rq, const std::vector<at::Tensor>& outputs) {
   ++seq_;
   fallback_.count_native(rq.name);
   try {
-    if (cuda_ && cuda_->active()) return cuda_->run(rq, outputs);  // PURLIN-CUDA hook
+    if (cuda_ && cuda_->active()) return coalesced(cuda_->run(rq, outputs));  // PURLIN-CUDA hook
     host().run(rq);
   } catch (const c10::Error&) {
     throw;
   } catch (const std::exception& e) {
     TORCH_CHECK(false, e.what());
   }
-  return completed_work(outputs);
+  return coalesced(completed_work(outputs));
 }
-
-c10::intrusive_ptr<c10d::Work> PurlinBackend::endCoalescing() { return completed_work({}); }
 
 }  // namespace purlin::backend

@@ -32,8 +32,9 @@ class PurlinBackend : public c10d::Backend {
 
   const std::string getBackendName() const override { return "purlin"; }
   void setTimeout(std::chrono::milliseconds timeout) override;
+  // NOTE [coalescing] (coalesced_work.h): the Work of endCoalescing() covers every op since startCoalescing().
   bool supportsCoalescing() const override { return true; }
-  void startCoalescing() override {}
+  void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_; }
@@ -102,11 +103,17 @@ class PurlinBackend : public c10d::Backend {
   // the op's larger side in bytes for the protocol table (NOTE [protocol
   // table] in protocol_table.h), -1 for ops that do not consult it; *by_table is
   // set when the table (not a limit) sends the op to NCCL.
+  // `redop`: the op's reduction, for reducing ops (bitwise ones fall back).
   std::string fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes = -1,
-                              bool* by_table = nullptr) const;
+                              bool* by_table = nullptr, const c10d::ReduceOp* redop = nullptr) const;
   // Counts the fallback of `op` and returns the backend that serves it.
   c10d::Backend& fallback_for(const std::string& op, const std::vector<at::Tensor>& tensors, const std::string& why,
                               bool by_table);
+  // The fallback backend for `device`; inside a coalescing block, one that
+  // coalesces (NCCL) joins the block (NOTE [coalescing]).
+  c10d::Backend& fallback_backend(const c10::Device& device);
+  // Returns `work`, kept for endCoalescing() inside a coalescing block.
+  c10::intrusive_ptr<c10d::Work> coalesced(c10::intrusive_ptr<c10d::Work> work);
   // Runs a native request whose flat in/out tensors are given; returns the Work.
   c10::intrusive_ptr<c10d::Work> run_native(Request& rq, const std::vector<at::Tensor>& keep_alive);
   // set_io + run_native + copy the flat output back into `outs`.
@@ -122,6 +129,11 @@ class PurlinBackend : public c10d::Backend {
   mutable std::unique_ptr<CudaPath> cuda_;  // PURLIN-CUDA hook
   uint64_t seq_ = 0;
   bool nccl_ran_eagerly_ = false;  // a CUDA op ran on NCCL outside graph capture
+  // NOTE [coalescing]: between startCoalescing() and endCoalescing(), the ops' Works and the
+  // fallback backends coalescing with this block.
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_works_;
+  std::vector<c10d::Backend*> coalescing_fallbacks_;
 };
 
 }  // namespace purlin::backend
