@@ -1608,6 +1608,54 @@ def _worker(rank, world, init_file, log_path):
                  "sizes, workspace plan", "pool placement", "output pool placement"):
         R.check(kind, call_tag_case, kind)
 
+    def one_sided_local_error(same_on_every_rank):
+        # NOTE [one-sided local errors] (cuda_group.cc): an argument error raises on its rank at once. If every
+        # rank made it, the group goes on; if only the last rank did, the others entered the collective, and no
+        # rank may then get a result from this group: the erring rank's next call raises (it waited for the
+        # others on the host), theirs raise once their device wait timed out (at the latest one call later).
+        try:
+            local_error_body(same_on_every_rank)
+        finally:
+            dist.barrier(group=host)  # the ranks leave this case together, whatever failed
+
+    def local_error_body(same_on_every_rank):
+        g = purlin_group(timedelta(seconds=3))
+        x = torch.full((5,), rank + 1.0, device=dev)
+        dist.all_reduce(x, group=g)
+        torch.cuda.synchronize()
+        erring = same_on_every_rank or rank == W - 1
+        out = torch.empty(W * 3 + (1 if erring else 0), device=dev)
+        try:
+            dist.all_gather_into_tensor(out, torch.ones(3, device=dev), group=g)
+        except (RuntimeError, ValueError) as e:
+            assert erring and "output has" in str(e), str(e)
+        else:
+            assert not erring, "a wrong output size did not raise"
+        want = torch.full((5,), W * (W + 1) / 2, device=dev)
+        if same_on_every_rank:
+            y = torch.full((5,), rank + 1.0, device=dev)
+            dist.all_reduce(y, group=g)
+            assert_equal(y, want.cpu(), "the group after an error on every rank")
+            return
+        raised = None
+        for _ in range(2):
+            y = torch.full((5,), rank + 1.0, device=dev)
+            try:
+                dist.all_reduce(y, group=g)
+                torch.cuda.synchronize()
+            except RuntimeError as e:
+                raised = str(e)
+                break
+            assert rank != W - 1, "the erring rank's next call ran"  # it waits for the others first
+        assert raised and f"on rank {rank}" in raised, raised
+        if rank == W - 1:
+            assert "argument error on this rank only" in raised and "output has" in raised, raised
+        else:
+            assert re.search(rf"timed out.*waiting for rank {W - 1}\b", raised), raised
+
+    R.check("a local argument error on every rank", one_sided_local_error, True)
+    R.check("a local argument error on one rank only", one_sided_local_error, False)
+
     def checked_calls_case():
         # NOTE [checked calls]: sizes that put the ranks on different protocols (rank 0 on flagged lines, the others
         # on workspace plans; without the check: the group's timeout) are named on the host before anything is

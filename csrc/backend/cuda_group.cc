@@ -282,6 +282,35 @@ void CudaGroup::ce_check(const Request& rq, uint64_t sig) {
                                   "or pool offsets; NOTE [copy-engine call check]); nothing was enqueued");
 }
 
+// NOTE [one-sided local errors] A CUDA collective's local argument checks
+// (sizes, dtypes, roots) raise on this rank at once, without asking the peers:
+// asking would cost every call a host exchange (NOTE [checked calls]). When
+// every rank made the same mistake, every rank raised and the group goes on in
+// step. When only this rank did, the others entered the collective and wait
+// for it on the GPU, and this rank's next collective would meet their data
+// from that call (an H200 run returned a wrong sum so, session 18). So the
+// next collective after a local error first asks every rank on the host
+// whether it raised at that same call: if all did, nothing else happens; a
+// rank that does not come within the group's timeout entered the collective,
+// and the group is unusable here as it is there (the others' device waits
+// time out naming this rank).
+void CudaGroup::settle_local_error(const Request& rq) {
+  const std::string what = std::move(local_error_);
+  local_error_.clear();
+  const uint64_t n = ++a2a_seq_;
+  const atom::WaitSite site{rq.name, "after a local argument error: check that every rank raised it too", n};
+  try {
+    // host_atom() is made with every rank on first use: a rank that entered the erroneous call is not there
+    // either (the set-up's wait names it, store_rendezvous.h)
+    snac::arrive_tagged(host_atom(), n, "local argument error", "raised", site,
+                        " (the ranks raised at different calls)");
+  } catch (const std::runtime_error& e) {  // atom::TimeoutError too: a rank entered the erroneous call
+    broken_ = "an earlier call raised an argument error on this rank only (" + what +
+              "), while other ranks entered that collective: " + e.what();
+    throw std::runtime_error(error_prefix(rq.name, rank_) + broken_);
+  }
+}
+
 std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
   const std::vector<std::byte> blob = encode_meta(rq, world_);
   const PeerMeta mine = decode_meta(blob.data(), world_);
@@ -653,9 +682,15 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   // with NOTE [checked calls], on every collective; else this rank's own,
   // made by plan_for() only when its plan is not memoized. An exchange
   // carries this rank's argument error too, so every rank raises it.
+  if (!local_error_.empty()) settle_local_error(rq);
   std::vector<PeerMeta> all;
-  if (rq.op == CollOp::AllToAll || check_calls_) all = peer_meta(rq);
-  if (!rq.error.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + rq.error);
+  const bool exchanged = rq.op == CollOp::AllToAll || check_calls_;
+  if (exchanged) all = peer_meta(rq);
+  if (!rq.error.empty()) {
+    const std::string what = error_prefix(rq.name, rank_) + rq.error;
+    if (!exchanged) local_error_ = what;  // the peers did not see it: NOTE [one-sided local errors]
+    throw std::invalid_argument(what);
+  }
   // NOTE [zero-copy]: an input in the symmetric pool is read in place by the
   // peers (who must pass theirs at the same offset: NOTE [call tags]).
   // Small collectives run on flagged lines, mid-sized ones as parity plans,

@@ -113,6 +113,7 @@ class CudaGroup {
   std::vector<PeerMeta> peer_meta(const Request& rq);
   atom::CpuAtom& host_atom();  // the shared-memory arrival of this group's hosts, made on first use
   void ce_check(const Request& rq, uint64_t sig);  // NOTE [copy-engine call check] (cuda_group.cc)
+  void settle_local_error(const Request& rq);     // NOTE [one-sided local errors] (cuda_group.cc)
   std::vector<std::string> pool_agree(const std::string& tag, const std::string& mine);
   // `all`: every rank's arguments (peer_meta()), or empty: filled here when needed.
   const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
@@ -146,6 +147,7 @@ class CudaGroup {
   const char* last_name_ = nullptr;  // the last launch's Request::name and its interned id
   uint16_t last_name_id_ = 0;
   std::string broken_;
+  std::string local_error_;  // NOTE [one-sided local errors]: the last call's local argument error, not yet settled
   int64_t two_shot_bytes_ = 0;
   bool push_copies_ = true, push_reductions_ = true, push_reduced_ = true;  // TORCH_PURLIN_CUDA_PUSH (NOTE [push])
   bool match_waits_ = true;  // NOTE [matched waits] (snac/plan.h)
