@@ -678,11 +678,11 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
     broken_ = err;
     throw std::runtime_error(err);
   }
+  if (!local_error_.empty()) settle_local_error(rq);
   // Every rank's arguments: exchanged on every all_to_all (its splits) and,
   // with NOTE [checked calls], on every collective; else this rank's own,
   // made by plan_for() only when its plan is not memoized. An exchange
   // carries this rank's argument error too, so every rank raises it.
-  if (!local_error_.empty()) settle_local_error(rq);
   std::vector<PeerMeta> all;
   const bool exchanged = rq.op == CollOp::AllToAll || check_calls_;
   if (exchanged) all = peer_meta(rq);

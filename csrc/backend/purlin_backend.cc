@@ -67,8 +67,7 @@ std::string PurlinBackend::fallback_reason(const std::string& op, const std::vec
   bool cuda_op = false;
   for (const auto& t : tensors) cuda_op |= t.defined() && t.is_cuda();
   if (fallback_.forced(op, cuda_op)) return "forced by TORCH_PURLIN_FORCE_FALLBACK / TORCH_PURLIN_FORCE_NCCL";
-  if (redop && (redop->op_ == c10d::ReduceOp::BAND || redop->op_ == c10d::ReduceOp::BOR ||
-                redop->op_ == c10d::ReduceOp::BXOR))
+  if (redop && bitwise_reduction(*redop))
     return "bitwise reduce ops (BAND, BOR, BXOR) are not supported natively";
   for (const auto& t : tensors) {
     if (!t.defined()) continue;

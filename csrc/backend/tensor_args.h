@@ -21,6 +21,8 @@ bool to_dtype(at::ScalarType t, DType* out);
 // Fills rq.dtype from `t` and rq.redop / rq.scale from `op`; unsupported
 // combinations are recorded in rq.error (reported on every rank).
 void set_reduction(Request& rq, const c10d::ReduceOp& op);
+// BAND, BOR, BXOR: reductions Purlin leaves to the fallback (PurlinBackend::fallback_reason).
+bool bitwise_reduction(const c10d::ReduceOp& op);
 
 // The elements of `ts` in order, in one contiguous tensor: `ts[0]` itself
 // (whatever its shape) when there is one contiguous tensor, else a new 1-D
