@@ -183,6 +183,41 @@ def run_suite(name, worker, world, timeout_s, tmp_dir):
     return {"rows": rows, "exitcodes": exitcodes, "hung": hung, "world": world}
 
 
+def native_cuda_errors(group, what):
+    """(errors, counters): what is wrong with `group`'s CUDA counters (None: the default group)
+    if every op was to run natively: an op that fell back to NCCL, or no native op at all."""
+    import torch_purlin
+    cnt = torch_purlin.counters(group, "cuda")
+    errors = []
+    fell_back = {op: c for op, c in cnt.items() if c[1]}
+    if fell_back:
+        errors.append(f"ops of {what} fell back to NCCL: {fell_back}")
+    if not any(c[0] for c in cnt.values()):
+        errors.append(f"no native CUDA op ran on {what}: {cnt}")
+    return errors, cnt
+
+
+def write_result(result_path, rank, errors, ok_text):
+    """A worker's verdict for run_ranks_expect_ok: "ok ..." or its errors, one a line."""
+    with open(f"{result_path}.{rank}", "w") as f:
+        f.write("\n".join(errors) if errors else f"ok {ok_text}")
+
+
+def run_ranks_expect_ok(worker, world):
+    """Spawns worker(rank, store_file, result_path) on `world` ranks; each rank writes to
+    f"{result_path}.{rank}" a text that starts with "ok" or lists what went wrong. Prints every
+    rank's text and asserts each is ok (the one-case GPU files: training, device mesh)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        res = os.path.join(d, "result")
+        mp.spawn(worker, args=(os.path.join(d, "store"), res), nprocs=world)
+        for r in range(world):
+            with open(f"{res}.{r}") as f:
+                text = f.read()
+            print(f"rank {r}: {text}")
+            assert text.startswith("ok"), f"rank {r}: {text}"
+
+
 def check_family(suite, family):
     """Every rank ran every case of the family, and none failed."""
     rows = [r for r in suite["rows"] if r["family"] == family]

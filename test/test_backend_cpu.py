@@ -167,6 +167,65 @@ class BackendCpuTest(DistTestCase):
         self.assertEqual([s for s in shm_segments() if s.startswith(f"purlin_{os.getpid()}")], [])
 
 
+class SplitGroupTest(DistTestCase):
+    """NOTE [split groups]: the backend-level split that dist.split_group and DeviceMesh use on a
+    device-bound group (their Python entry needs a GPU: test_gpu_device_mesh.py)."""
+    WORLD_SIZE = 4
+
+    @spawned
+    def test_split_makes_working_subgroups_and_skips_non_members(self):
+        from datetime import timedelta
+        import copy
+        world = dist.group.WORLD
+        parent = world._get_backend(torch.device("cpu"))
+        self.assertTrue(parent.supports_splitting)
+        self.assertEqual(parent.options._timeout, self.PG_TIMEOUT)
+        opts = copy.deepcopy(parent.options)  # what dist.split_group does first
+        self.assertIsInstance(opts, torch_purlin._C.PurlinBackend.Options)
+        mine = [0, 1] if self.rank < 2 else [2, 3]
+        child = world.split_group(mine, timeout=timedelta(seconds=20), opts=opts, group_name=f"test_split_{mine[0]}")
+        cpu, cuda = child._get_backend(torch.device("cpu")), child._get_backend(torch.device("cuda"))
+        self.assertIs(cpu, cuda)  # one backend for both device types, as new_group() makes
+        self.assertEqual((child.rank(), child.size()), (self.rank - mine[0], 2))
+        self.assertEqual(cpu.options._timeout, timedelta(seconds=20))
+        # A native collective: every rank recomputes its pair's random inputs.
+        seed = self.next_seed()
+        x = make_input(seed, self.rank, (1000,), torch.float64)
+        want = sum(make_input(seed, r, (1000,), torch.float64) for r in mine)
+        child.allreduce([x]).wait()
+        self.assertTrue(torch.equal(x, want), self.ctx("all_reduce on a split group"))
+        self.assertEqual(torch_purlin.counters(child)["all_reduce"], (1, 0))
+        # Point-to-point runs on the split group's own gloo fallback (built from its own store).
+        y = make_input(seed, 100 + self.rank, (7,), torch.int32)
+        peer = mine[1] if self.rank == mine[0] else mine[0]
+        got = torch.empty_like(y)
+        if self.rank == mine[0]:
+            child.send([y], peer - mine[0], 0).wait()
+            child.recv([got], peer - mine[0], 1).wait()
+        else:
+            child.recv([got], peer - mine[0], 0).wait()
+            child.send([y], peer - mine[0], 1).wait()
+        self.assertTrue(torch.equal(got, make_input(seed, 100 + peer, (7,), torch.int32)))
+        # Ranks 1 and 3 are in no part of this split: they get None and take no part in it.
+        other = world.split_group([0, 2], group_name="test_split_even")
+        if self.rank in (0, 2):
+            z = make_input(seed, 200 + self.rank, (33,), torch.float32)
+            other.allreduce([z]).wait()
+            want = make_input(seed, 200, (33,), torch.float32) + make_input(seed, 202, (33,), torch.float32)
+            self.assertTrue(torch.equal(z, want), self.ctx("all_reduce on the even split"))
+        else:
+            self.assertIsNone(other)
+            parent.perform_nocolor_split(torch.device("cpu"))  # new_group's call on non-members: nothing to do
+        # torch names a split group by hashing its ranks with the number of groups the process joined,
+        # which now differs between ranks 0, 2 and 1, 3: the group must meet all the same.
+        again = world.split_group(list(range(self.world_size)), group_name=f"differs_on_rank_{self.rank}")
+        z = make_input(seed, 300 + self.rank, (129,), torch.float64)
+        again.allreduce([z]).wait()
+        want = sum(make_input(seed, 300 + r, (129,), torch.float64) for r in range(self.world_size))
+        self.assertTrue(torch.equal(z, want), self.ctx("all_reduce on a split named differently per rank"))
+        dist.barrier()
+
+
 class ForcedFallbackTest(DistTestCase):
     WORLD_SIZE = 2
 

@@ -8,15 +8,14 @@ batches (the mean of the ranks' losses: what DDP's and FSDP2's gradient
 averaging computes).
 """
 import os
-import tempfile
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from gpu_harness import gpus_missing, init_worker, purlin_group, shares_gpu
+from gpu_harness import (gpus_missing, init_worker, native_cuda_errors, purlin_group, run_ranks_expect_ok, shares_gpu,
+                         write_result)
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 STEPS = 5
@@ -140,23 +139,11 @@ def worker(rank, path, result_path):
             if not any("+zero-copy" in p for p in ran.get("reduce_scatter_tensor", {})):
                 errors.append(f"{what}: no reduce-scatter read its input in place: {ran}")
 
-    cnt = torch_purlin.counters(purlin, "cuda")
-    fell_back = {op: c for op, c in cnt.items() if c[1]}
-    if fell_back:
-        errors.append(f"ops fell back to NCCL: {fell_back}")
-    if not any(c[0] for c in cnt.values()):
-        errors.append(f"no native CUDA op ran: {cnt}")
-    with open(f"{result_path}.{rank}", "w") as f:
-        f.write("\n".join(errors) if errors else f"ok {cnt!r}; FSDP2 on the process group's allocator {pool_variant}")
+    more, cnt = native_cuda_errors(purlin, "the purlin group")
+    errors += more
+    write_result(result_path, rank, errors, f"{cnt!r}; FSDP2 on the process group's allocator {pool_variant}")
     dist.destroy_process_group()
 
 
 def test_ddp_and_fsdp2_match_nccl():
-    with tempfile.TemporaryDirectory() as d:
-        res = os.path.join(d, "result")
-        mp.spawn(worker, args=(os.path.join(d, "store"), res), nprocs=WORLD)
-        for r in range(WORLD):
-            with open(f"{res}.{r}") as f:
-                text = f.read()
-            print(f"rank {r}: {text}")
-            assert text.startswith("ok"), f"rank {r}: {text}"
+    run_ranks_expect_ok(worker, WORLD)

@@ -48,7 +48,9 @@ has() { [[ " $parts " == *" $1 "* ]]; }
 GPUS="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
 if [ "$NPROC" -gt "${GPUS:-0}" ] && [ "${GPUS:-0}" -gt 0 ]; then
   # Ranks share GPUs: their kernels wait for each other, so they must run concurrently (MPS).
-  export TORCH_PURLIN_CUDA_SHARE_GPU=1 CUDA_MPS_PIPE_DIRECTORY=/tmp/purlin_mps CUDA_MPS_LOG_DIRECTORY=/tmp/purlin_mps_log
+  # SHARE_GPU_RANKS: the SM budget counts every rank on the GPU, not only a subgroup's (NOTE [shared GPU]).
+  export TORCH_PURLIN_CUDA_SHARE_GPU=1 TORCH_PURLIN_CUDA_SHARE_GPU_RANKS=$(( (NPROC + GPUS - 1) / GPUS )) \
+    CUDA_MPS_PIPE_DIRECTORY=/tmp/purlin_mps CUDA_MPS_LOG_DIRECTORY=/tmp/purlin_mps_log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if [ "${PURLIN_MPS:-1}" = 1 ]; then
     # A fresh MPS server for every invocation: an earlier invocation's hung ranks, killed at its
@@ -81,7 +83,7 @@ if has smoke; then
 fi
 if has suite; then
   OUT="$LOGS" PURLIN_GPU_DEADLINE_S="${SUITE_S:-400}" bash test/gpu/run_gpu_suite.sh \
-    ${SUITE_FILES:-test/test_gpu_collectives.py test/test_gpu_copy_engine.py test/test_gpu_training.py} \
+    ${SUITE_FILES:-test/test_gpu_collectives.py test/test_gpu_copy_engine.py test/test_gpu_training.py test/test_gpu_device_mesh.py} \
     >"$LOGS/suite.txt" 2>&1
   say "suite exit $?"
   grep -E "^(FAILED|ERROR)|passed|failed|BUILD|build:|tests:|error:" "$LOGS/suite.txt" | tail -40 >>"$S"

@@ -12,31 +12,25 @@ from . import _C
 BACKEND_NAME = "purlin"
 
 
-def _fallback_factory(store, rank, size, timeout):
-    def make(device_type):
-        prefix = dist.PrefixStore(f"purlin_fallback_{device_type}/", store)
-        if device_type == "cpu":
-            opts = dist.ProcessGroupGloo._Options()
-            opts._timeout = timeout
-            opts._devices = [dist.ProcessGroupGloo.create_default_device(lazy_init=True)]
-            return dist.ProcessGroupGloo(prefix, rank, size, opts)
-        if not dist.is_nccl_available():
-            raise RuntimeError("purlin: the NCCL fallback is not available in this torch build")
-        opts = dist.ProcessGroupNCCL.Options()
+def _make_fallback(store, rank, size, timeout, device_type):
+    """The fallback backend of one purlin group (its store, rank, size, timeout) for `device_type`.
+    Also what groups split from it build theirs with (NOTE [split groups])."""
+    prefix = dist.PrefixStore(f"purlin_fallback_{device_type}/", store)
+    if device_type == "cpu":
+        opts = dist.ProcessGroupGloo._Options()
         opts._timeout = timeout
-        return dist.ProcessGroupNCCL(prefix, rank, size, opts)
-
-    return make
+        opts._devices = [dist.ProcessGroupGloo.create_default_device(lazy_init=True)]
+        return dist.ProcessGroupGloo(prefix, rank, size, opts)
+    if not dist.is_nccl_available():
+        raise RuntimeError("purlin: the NCCL fallback is not available in this torch build")
+    opts = dist.ProcessGroupNCCL.Options()
+    opts._timeout = timeout
+    return dist.ProcessGroupNCCL(prefix, rank, size, opts)
 
 
 def _create(dist_opts, backend_opts):
-    return _C.PurlinBackend(
-        dist_opts.store,
-        dist_opts.group_rank,
-        dist_opts.group_size,
-        dist_opts.timeout,
-        _fallback_factory(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout),
-    )
+    return _C.PurlinBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
+                            _make_fallback)
 
 
 def register():

@@ -17,8 +17,9 @@ using namespace purlin;
 
 namespace {
 
-// Holds a Python callable; acquires the GIL to call and to release it.
-backend::Fallback::Factory wrap_factory(py::object fn) {
+// Holds a Python callable make(store, rank, size, timeout, device_type) -> Backend; acquires the
+// GIL to call and to release it.
+backend::Fallback::GroupFactory wrap_factory(py::object fn) {
   if (fn.is_none()) return nullptr;
   // A backend may die during interpreter shutdown (groups never destroyed):
   // then the callable is leaked rather than touched without an interpreter.
@@ -27,9 +28,10 @@ backend::Fallback::Factory wrap_factory(py::object fn) {
     py::gil_scoped_acquire g;
     delete p;
   });
-  return [holder](const std::string& device) {
+  return [holder](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+                  const std::string& device) {
     py::gil_scoped_acquire g;
-    py::object o = (*holder)(device);
+    py::object o = (*holder)(store, rank, size, timeout, device);
     return o.cast<c10::intrusive_ptr<c10d::Backend>>();
   };
 }
@@ -159,13 +161,25 @@ PYBIND11_MODULE(_C, m) {
     return backend::bytes_for_world(text, world, var.c_str());
   }, py::arg("text"), py::arg("world"), py::arg("var") = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
 
-  py::class_<backend::PurlinBackend, c10d::Backend, c10::intrusive_ptr<backend::PurlinBackend>>(m, "PurlinBackend")
+  auto backend_cls =
+      py::class_<backend::PurlinBackend, c10d::Backend, c10::intrusive_ptr<backend::PurlinBackend>>(m, "PurlinBackend");
+  using PurlinOptions = backend::PurlinBackend::PurlinOptions;
+  py::class_<PurlinOptions, c10d::Backend::Options, c10::intrusive_ptr<PurlinOptions>>(backend_cls, "Options")
+      .def(py::init([](std::chrono::milliseconds timeout) { return c10::make_intrusive<PurlinOptions>(timeout); }),
+           py::arg("timeout"))
+      .def("__deepcopy__",
+           [](const PurlinOptions& self, py::dict) { return c10::make_intrusive<PurlinOptions>(self); });
+  backend_cls
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, py::object fallback_factory) {
              return c10::make_intrusive<backend::PurlinBackend>(store, rank, size, timeout,
                                                                 wrap_factory(std::move(fallback_factory)));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("fallback_factory"))
+      // NOTE [split groups] (split_group.cc): new_group() on a device-bound default group asks the
+      // non-members' backend for a "no color" split; a purlin split involves no non-member.
+      .def_property_readonly("options", &backend::PurlinBackend::getBackendOptions)
+      .def("perform_nocolor_split", [](backend::PurlinBackend&, const py::object& /*device*/) {})
       .def("counters", &backend::PurlinBackend::counters)
       .def(
           "empty",

@@ -13,6 +13,14 @@ Fallback::Fallback(int rank, Factory factory) : rank_(rank), factory_(std::move(
   log_ = env::get_bool("TORCH_PURLIN_LOG");
 }
 
+Fallback::Factory Fallback::for_group(GroupFactory make, c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                      std::chrono::milliseconds timeout) {
+  if (!make) return nullptr;
+  return [make = std::move(make), store = std::move(store), rank, size, timeout](const std::string& device_type) {
+    return make(store, rank, size, timeout, device_type);
+  };
+}
+
 c10d::Backend& Fallback::get(const c10::Device& device) {
   const std::string type = device.is_cuda() ? "cuda" : "cpu";
   std::lock_guard<std::mutex> g(mu_);

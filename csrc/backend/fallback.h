@@ -4,6 +4,7 @@
 // (op, reason), so tests and benchmarks can assert what actually ran.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <utility>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace purlin::backend {
 
@@ -19,6 +21,14 @@ class Fallback {
  public:
   // Creates the fallback backend for a device type ("cpu" or "cuda").
   using Factory = std::function<c10::intrusive_ptr<c10d::Backend>(const std::string& device_type)>;
+  // Creates a group's fallback backend from the group's store, rank, size and timeout and the
+  // device type: what a group split from another (PurlinBackend::split) builds its own from.
+  using GroupFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+      const std::string& device_type)>;
+  // `make` bound to one group (nullptr if `make` is).
+  static Factory for_group(GroupFactory make, c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                           std::chrono::milliseconds timeout);
 
   Fallback(int rank, Factory factory);
 

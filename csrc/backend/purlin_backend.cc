@@ -15,8 +15,12 @@
 namespace purlin::backend {
 
 PurlinBackend::PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                             std::chrono::milliseconds timeout, Fallback::Factory fallback_factory)
-    : c10d::Backend(rank, size), store_(store), timeout_(timeout), fallback_(rank, std::move(fallback_factory)) {}
+                             std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback)
+    : c10d::Backend(rank, size),
+      store_(store),
+      timeout_(timeout),
+      make_fallback_(std::move(make_fallback)),
+      fallback_(rank, Fallback::for_group(make_fallback_, store, rank, size, timeout)) {}
 
 PurlinBackend::~PurlinBackend() = default;
 

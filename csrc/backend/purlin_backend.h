@@ -26,8 +26,14 @@ class CudaPath;  // PURLIN-CUDA hook (cuda_engine.h)
 
 class PurlinBackend : public c10d::Backend {
  public:
+  // A purlin group's options (its timeout): what dist.split_group copies from a parent group
+  // (bindings.cc gives it the __deepcopy__ that torch's Backend.Options lacks).
+  struct PurlinOptions : c10d::Backend::Options {
+    explicit PurlinOptions(std::chrono::milliseconds timeout) : Options("purlin", timeout) {}
+  };
+
   PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                std::chrono::milliseconds timeout, Fallback::Factory fallback_factory);
+                std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback);
   ~PurlinBackend() override;
 
   const std::string getBackendName() const override { return "purlin"; }
@@ -36,6 +42,12 @@ class PurlinBackend : public c10d::Backend {
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  // NOTE [split groups] (split_group.cc): dist.split_group and DeviceMesh on a group bound to
+  // a device (init_process_group(device_id=...)) make subgroups through split().
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  c10::intrusive_ptr<Options> getBackendOptions() override;
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 
@@ -124,7 +136,14 @@ class PurlinBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
+  Fallback::GroupFactory make_fallback_;  // also builds the fallbacks of groups split from this one
   Fallback fallback_;
+  // NOTE [split groups]: splits asked of this group so far (every rank counts alike), the store
+  // torch passed with the last one, and the group made then, returned again when torch asks the
+  // same backend (serving CPU and CUDA) for the same split a second time.
+  uint64_t splits_ = 0;
+  c10::intrusive_ptr<c10d::Store> last_split_store_;
+  c10::weak_intrusive_ptr<c10d::Backend> last_split_{c10::intrusive_ptr<c10d::Backend>()};
   std::unique_ptr<HostEngine> host_;
   mutable std::unique_ptr<CudaPath> cuda_;  // PURLIN-CUDA hook
   uint64_t seq_ = 0;

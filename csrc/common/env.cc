@@ -100,6 +100,12 @@ const std::vector<Var>& registry() {
        "share of the SMs per launch, narrow flagged lines where the format is auto, the protocol table's NCCL rows ignored, and ops that need NCCL fail there (NCCL refuses "
        "several ranks on one GPU). Run such processes under CUDA MPS, else the GPU time-slices them and every "
        "collective waits a time slice. 0: a group whose ranks share a GPU sends its CUDA tensors to NCCL."},
+      {"TORCH_PURLIN_CUDA_SHARE_GPU_RANKS", "0",
+       "With TORCH_PURLIN_CUDA_SHARE_GPU=1: how many ranks of the job share each GPU, for the SMs a launch "
+       "plans with (half of an equal share; NOTE [shared GPU]). 0: the group's own ranks on the GPU, which is "
+       "too many SMs where groups of other ranks run at the same time on the same GPU (subgroups, a "
+       "DeviceMesh's dimensions): their spinning blocks can keep a peer's blocks from ever becoming "
+       "resident. tools/device_session.sh sets it to the ranks per GPU."},
       {"TORCH_PURLIN_FORCE_FALLBACK", "",
        "Comma list of ops (e.g. all_reduce,broadcast) always served by the fallback backend (gloo for CPU "
        "tensors, NCCL for CUDA tensors). 'all' forces every op."},

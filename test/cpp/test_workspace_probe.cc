@@ -65,6 +65,10 @@ int main() {
   expect(cu::ranks_per_gpu({probe("g0", 1), probe("g1", 1)}) == 1, "one rank per GPU");
   expect(cu::ranks_per_gpu({probe("g0", 1), probe("g1", 1), probe("g0", 1), probe("g0", 1)}) == 3, "three on g0");
   expect(cu::ranks_per_gpu({}) == 0, "no ranks");
+  expect(cu::budget_ranks_per_gpu({probe("g0", 1), probe("g0", 1)}) == 2, "budget: the group's own ranks");
+  expect(cu::budget_ranks_per_gpu({probe("g0", 4), probe("g0", 4)}) == 4, "budget: the job's ranks on the GPU");
+  expect(cu::budget_ranks_per_gpu({probe("g0", 4)}) == 4, "budget: a one-rank group among three others");
+  expect(cu::budget_ranks_per_gpu({probe("g0", 0), probe("g1", 0)}) == 1, "budget: no sharing");
   expect(cu::sm_budget(132, 1) == 132, "a GPU of its own: every SM");
   expect(cu::sm_budget(132, 2) == 33 && cu::sm_budget(132, 4) == 16 && cu::sm_budget(132, 8) == 8,
          "shared: half an equal share");

@@ -71,7 +71,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   mine.lines = std::max<int64_t>(0, opt.line_max_bytes);
   mine.parity = std::max<int64_t>(0, opt.parity_max_bytes);
   mine.format = static_cast<int>(opt.line_format);
-  mine.share = opt.share_gpu ? 1 : 0;
+  mine.share = opt.share_gpu ? std::max(1, opt.share_gpu_ranks) : 0;
   if (opt.world > kMaxWorld) mine.error = "the CUDA datapath supports at most " + std::to_string(kMaxWorld) + " ranks";
   if (opt.workspace_bytes < 64 * 1024) mine.error = "TORCH_PURLIN_CUDA_WORKSPACE_BYTES must be at least 64K";
 
@@ -100,8 +100,12 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   // NOTE [shared GPU]: the kernels of ranks on one GPU wait for each other,
   // so all of them must be resident at once: each rank gets half its share
   // of the SMs (the other half for an overlapped launch's next kernel, whose
-  // blocks wait resident, and for other work), one block per SM at worst.
-  group_info.sm_count = sm_budget(group_info.sm_count, ranks_per_gpu(probes));
+  // blocks wait resident, and for other work), one block per SM at worst. Ranks of the job
+  // outside this group count too where they are declared (TORCH_PURLIN_CUDA_SHARE_GPU_RANKS):
+  // a DeviceMesh's 2-rank groups at world 4 on one H200 run at once, and counting only their
+  // own 2 ranks would give each process a quarter of the SMs, the full share that starved a
+  // rank's last block at world 4 in session 9.
+  group_info.sm_count = sm_budget(group_info.sm_count, budget_ranks_per_gpu(probes));
   ws->config_ = same_arch ? choose_launch_config(group_info) : launch_config_portable(group_info);
   if (fixed > 0) fixed = std::min(fixed, ws->config_.max_blocks);
   ws->config_.fixed_blocks = fixed;

@@ -61,6 +61,7 @@ class SymmetricWorkspace {
     int64_t parity_max_bytes = 0; // largest parity plan (NOTE [parity plans]); 0: no parity region; the smallest
     LineFormat line_format = LineFormat::Auto;  // NOTE [wide lines]; the group's: every rank's if equal, else narrow
     bool share_gpu = false;       // NOTE [shared GPU]: ranks may share a GPU if every rank says so
+    int share_gpu_ranks = 0;      // with share_gpu: the job's ranks on each GPU (0: the group's own), for the SM budget
   };
 
   static std::unique_ptr<SymmetricWorkspace> create(const Options& opt, const AllGather& exchange, std::string* why);

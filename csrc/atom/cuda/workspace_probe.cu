@@ -63,6 +63,12 @@ int ranks_per_gpu(const std::vector<WorkspaceProbe>& all) {
   return most;
 }
 
+int budget_ranks_per_gpu(const std::vector<WorkspaceProbe>& all) {
+  int most = ranks_per_gpu(all);
+  for (const WorkspaceProbe& p : all) most = std::max(most, p.share);
+  return most;
+}
+
 int sm_budget(int sms, int per_gpu) { return per_gpu > 1 ? std::max(1, sms / (2 * per_gpu)) : sms; }
 
 }  // namespace purlin::atom::cuda

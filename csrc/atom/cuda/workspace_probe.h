@@ -16,7 +16,9 @@ struct WorkspaceProbe {
   int major = 0, minor = 0, sms = 0, blocks = 0;
   int64_t ws = 0, lines = 0, parity = 0;
   int format = 0;  // LineFormat
-  int share = 0;   // TORCH_PURLIN_CUDA_SHARE_GPU: this rank lets ranks share a GPU (NOTE [shared GPU])
+  // TORCH_PURLIN_CUDA_SHARE_GPU: 0 no sharing, >= 1 this rank lets ranks share a GPU (NOTE
+  // [shared GPU]); above 1, TORCH_PURLIN_CUDA_SHARE_GPU_RANKS: the job's ranks on each shared GPU.
+  int share = 0;
 
   // Fields separated by '\n'; free text hex-encoded.
   std::string encode() const;
@@ -31,6 +33,11 @@ std::string check_probes(const std::vector<WorkspaceProbe>& all, std::string* sh
 
 // The most ranks of the group on one GPU.
 int ranks_per_gpu(const std::vector<WorkspaceProbe>& all);
+
+// The ranks the SM budget counts on each GPU: ranks_per_gpu, or more where a rank
+// states how many ranks of the job share its GPU (WorkspaceProbe::share > 1): groups of
+// other ranks on the same GPUs (subgroups, a DeviceMesh's dimensions) run at the same time.
+int budget_ranks_per_gpu(const std::vector<WorkspaceProbe>& all);
 
 // SMs a rank's launch configuration may plan with on a GPU of `sms` SMs that
 // `per_gpu` ranks share: all of them alone, else half an equal share (NOTE
