@@ -1,4 +1,4 @@
-"""DeviceMesh, DTensor and split groups on a purlin default group bound to a device
+"""DeviceMesh, DTensor, split groups and object collectives on a purlin default group bound to a device
 (`init_process_group(backend="purlin", device_id=...)`, as torchtitan starts), checked
 against CPU references computed on every rank. Skips cleanly without the GPUs.
 
@@ -67,6 +67,17 @@ def worker(rank, path, result_path):
         dist.all_reduce(t, group=head)
         check("all_reduce on split_group(all but the last rank)", t,
               sum(rand_int_float(2000 + r, (65,)) for r in range(WORLD - 1)))
+    # Object collectives (what checkpoint loading uses): on a device-bound group they travel as CUDA
+    # uint8 tensors of per-rank sizes.
+    step("object collectives")
+    objs = [None] * WORLD
+    dist.all_gather_object(objs, {"rank": rank, "pad": "x" * (37 * rank)}, group=whole)
+    if [o["rank"] for o in objs] != list(range(WORLD)) or [len(o["pad"]) for o in objs] != [37 * r for r in range(WORLD)]:
+        errors.append(f"all_gather_object gave {[(o['rank'], len(o['pad'])) for o in objs]}")
+    lst = [("from", rank, list(range(rank * 11)))]
+    dist.broadcast_object_list(lst, src=WORLD - 1)
+    if lst[0] != ("from", WORLD - 1, list(range((WORLD - 1) * 11))):
+        errors.append(f"broadcast_object_list gave {lst[0][:2]}")
     # new_group on a device-bound group: the non-member's "no color" split.
     step("new_group([0])")
     solo = dist.new_group([0])
