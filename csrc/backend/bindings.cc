@@ -171,14 +171,14 @@ PYBIND11_MODULE(_C, m) {
            [](const PurlinOptions& self, py::dict) { return c10::make_intrusive<PurlinOptions>(self); });
   backend_cls
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout, py::object fallback_factory) {
+                       std::chrono::milliseconds timeout, py::object make_fallback) {
              return c10::make_intrusive<backend::PurlinBackend>(store, rank, size, timeout,
-                                                                wrap_factory(std::move(fallback_factory)));
+                                                                wrap_factory(std::move(make_fallback)));
            }),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("fallback_factory"))
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("make_fallback"))
+      .def_property_readonly("options", &backend::PurlinBackend::getBackendOptions)
       // NOTE [split groups] (split_group.cc): new_group() on a device-bound default group asks the
       // non-members' backend for a "no color" split; a purlin split involves no non-member.
-      .def_property_readonly("options", &backend::PurlinBackend::getBackendOptions)
       .def("perform_nocolor_split", [](backend::PurlinBackend&, const py::object& /*device*/) {})
       .def("counters", &backend::PurlinBackend::counters)
       .def(
