@@ -145,6 +145,51 @@ def make_input(seed, stream, shape, dtype, op=None):
     return x.to(dtype)
 
 
+def int_floats(seed, shape):
+    """Random integers in [-1000, 1000) without 0, as float32: every sum of them is exact whatever the
+    order, so reduced results compare bit for bit. The same tensor on every rank."""
+    x = torch.randint(-1000, 1000, shape, generator=torch.Generator().manual_seed(seed))
+    x[x == 0] = 7
+    return x.float()
+
+
+def mesh_redistribution_cases(mesh, rank, world, seed):
+    """(what, got, want) for DTensor redistributions on the 2-D `mesh` (tensors on its device; `got` moved
+    to the CPU): sharding both dimensions and back, resharding, and Partial sums to Replicate and Shard."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    dev = mesh.device_type
+    full = int_floats(seed, (8 * world, 6 * world))
+    d = distribute_tensor(full.to(dev), mesh, [Shard(0), Shard(1)])
+    yield "Shard(0), Shard(1) -> full_tensor", d.full_tensor().cpu(), full
+    yield "-> Replicate, Shard(0)", d.redistribute(mesh, [Replicate(), Shard(0)]).full_tensor().cpu(), full
+    yield "-> Shard(1), Shard(0)", d.redistribute(mesh, [Shard(1), Shard(0)]).full_tensor().cpu(), full
+    part = DTensor.from_local(int_floats(seed + 1 + rank, (4, 2 * world)).to(dev), mesh, [Partial(), Partial()])
+    want = sum(int_floats(seed + 1 + q, (4, 2 * world)) for q in range(world))
+    yield "Partial, Partial -> Replicate", part.redistribute(mesh, [Replicate(), Replicate()]).to_local().cpu(), want
+    shard = part.redistribute(mesh, [Shard(1), Partial()]).redistribute(mesh, [Shard(1), Replicate()])
+    yield "Partial -> Shard(1) (reduce_scatter)", shard.full_tensor().cpu(), want
+
+
+def tensor_parallel_step(mesh, world, seed):
+    """A two-layer MLP column/row-parallel on the 1-D `mesh` and the same MLP alone on the CPU, one step
+    forward and back on the same batch: [(what, got on the CPU, want)] for the output and both weight
+    gradients (float sums in another order: compare with a tolerance)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    torch.manual_seed(seed)
+    ref = torch.nn.Sequential(torch.nn.Linear(16, 8 * world), torch.nn.ReLU(), torch.nn.Linear(8 * world, 16))
+    net = torch.nn.Sequential(torch.nn.Linear(16, 8 * world), torch.nn.ReLU(), torch.nn.Linear(8 * world, 16))
+    net.load_state_dict(ref.state_dict())
+    net = parallelize_module(net.to(mesh.device_type), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(seed))
+    y = net(x.to(mesh.device_type))
+    y.sum().backward()
+    yr = ref(x)
+    yr.sum().backward()
+    return [("tensor-parallel output", y.cpu(), yr),
+            ("tensor-parallel gradient of layer 0", net[0].weight.grad.full_tensor().cpu(), ref[0].weight.grad),
+            ("tensor-parallel gradient of layer 2", net[2].weight.grad.full_tensor().cpu(), ref[2].weight.grad)]
+
+
 def poisoned_like(expected):
     """A tensor shaped like expected that differs from it everywhere; see NOTE [never zero]."""
     if expected.dtype == torch.bool:

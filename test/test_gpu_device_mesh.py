@@ -17,23 +17,16 @@ import torch
 import torch.distributed as dist
 
 from gpu_harness import device_of, gpus_missing, native_cuda_errors, run_ranks_expect_ok, write_result
+from mp_util import int_floats, mesh_redistribution_cases, tensor_parallel_step
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
 
 pytestmark = pytest.mark.skipif(bool(gpus_missing(WORLD)), reason=gpus_missing(WORLD) or "runs")
 
 
-def rand_int_float(seed, shape):
-    """Random integers in [-1000, 1000] \\ {0} as float32 (exact sums), the same on every rank."""
-    x = torch.randint(-1000, 1000, shape, generator=torch.Generator().manual_seed(seed))
-    x[x == 0] = 7
-    return x.float()
-
-
 def worker(rank, path, result_path):
     import torch_purlin  # noqa: F401  registers "purlin"
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
     faulthandler.dump_traceback_later(90, exit=False)  # a hung rank's Python stack, into the suite's log
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORLD))
@@ -55,18 +48,18 @@ def worker(rank, path, result_path):
     # dist.split_group: every rank in one part, then a part that leaves the last rank out.
     step("split_group")
     whole = dist.split_group(split_ranks=[list(range(WORLD))], timeout=timedelta(seconds=60))
-    t = rand_int_float(1000 + rank, (4099,)).to(dev)
+    t = int_floats(1000 + rank, (4099,)).to(dev)
     dist.all_reduce(t, group=whole)
-    check("all_reduce on split_group(all ranks)", t, sum(rand_int_float(1000 + r, (4099,)) for r in range(WORLD)))
+    check("all_reduce on split_group(all ranks)", t, sum(int_floats(1000 + r, (4099,)) for r in range(WORLD)))
     head = dist.split_group(split_ranks=[list(range(WORLD - 1))], timeout=timedelta(seconds=60))
     if rank == WORLD - 1:
         if head is not None:
             errors.append(f"split_group: the rank left out got a group: {head}")
     else:
-        t = rand_int_float(2000 + rank, (65,)).to(dev)
+        t = int_floats(2000 + rank, (65,)).to(dev)
         dist.all_reduce(t, group=head)
         check("all_reduce on split_group(all but the last rank)", t,
-              sum(rand_int_float(2000 + r, (65,)) for r in range(WORLD - 1)))
+              sum(int_floats(2000 + r, (65,)) for r in range(WORLD - 1)))
     # Object collectives (what checkpoint loading uses): on a device-bound group they travel as CUDA
     # uint8 tensors of per-rank sizes.
     step("object collectives")
@@ -82,9 +75,9 @@ def worker(rank, path, result_path):
     step("new_group([0])")
     solo = dist.new_group([0])
     if rank == 0:
-        t = rand_int_float(3000, (10,)).to(dev)
+        t = int_floats(3000, (10,)).to(dev)
         dist.all_reduce(t, group=solo)
-        check("all_reduce on new_group([0])", t, rand_int_float(3000, (10,)))
+        check("all_reduce on new_group([0])", t, int_floats(3000, (10,)))
 
     # A 2-D mesh (its dimension groups come from split_group) and DTensor redistributions.
     step("2-D mesh")
@@ -94,37 +87,14 @@ def worker(rank, path, result_path):
         g = mesh.get_group(name)
         if dist.get_backend(g) != "purlin":
             errors.append(f"mesh dimension {name} is on {dist.get_backend(g)}, not purlin")
-    full = rand_int_float(4000, (8 * WORLD, 6 * WORLD))
-    d = distribute_tensor(full.to(dev), mesh, [Shard(0), Shard(1)])
-    check("Shard(0), Shard(1) -> full_tensor", d.full_tensor(), full)
-    check("-> Replicate, Shard(0)", d.redistribute(mesh, [Replicate(), Shard(0)]).full_tensor(), full)
-    check("-> Shard(1), Shard(0)", d.redistribute(mesh, [Shard(1), Shard(0)]).full_tensor(), full)
-    step("Partial")
-    part = DTensor.from_local(rand_int_float(5000 + rank, (4, 2 * WORLD)).to(dev), mesh, [Partial(), Partial()])
-    want = sum(rand_int_float(5000 + r, (4, 2 * WORLD)) for r in range(WORLD))
-    check("Partial, Partial -> Replicate", part.redistribute(mesh, [Replicate(), Replicate()]).to_local(), want)
-    shard = part.redistribute(mesh, [Shard(1), Partial()]).redistribute(mesh, [Shard(1), Replicate()])
-    check("Partial -> Shard(1) (reduce_scatter)", shard.full_tensor(), want)
+    for what, got, want in mesh_redistribution_cases(mesh, rank, WORLD, 4000):
+        check(what, got, want)
 
     # Tensor parallelism on the 1-D mesh of the default group.
     step("tensor parallel")
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    mesh1 = init_device_mesh("cuda", (WORLD,))
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(16, 8 * WORLD), torch.nn.ReLU(), torch.nn.Linear(8 * WORLD, 16)).to(dev)
-    ref = torch.nn.Sequential(torch.nn.Linear(16, 8 * WORLD), torch.nn.ReLU(), torch.nn.Linear(8 * WORLD, 16))
-    ref.load_state_dict({k: v.cpu() for k, v in net.state_dict().items()})
-    parallelize_module(net, mesh1, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(6))
-    y = net(x.to(dev))
-    y.sum().backward()
-    yr = ref(x)
-    yr.sum().backward()
-    if not torch.allclose(y.cpu(), yr, rtol=1e-4, atol=1e-5):
-        errors.append(f"tensor-parallel output differs by {(y.cpu() - yr).abs().max().item()}")
-    g0 = net[0].weight.grad.full_tensor().cpu()
-    if not torch.allclose(g0, ref[0].weight.grad, rtol=1e-4, atol=1e-5):
-        errors.append(f"tensor-parallel gradient differs by {(g0 - ref[0].weight.grad).abs().max().item()}")
+    for what, got, want in tensor_parallel_step(init_device_mesh("cuda", (WORLD,)), WORLD, 6):
+        if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
+            errors.append(f"{what} differs by {(got - want).abs().max().item()}")
 
     torch.cuda.synchronize()
     faulthandler.cancel_dump_traceback_later()

@@ -15,14 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.testing._internal.common_utils import run_tests
 
-from mp_util import BACKEND, DistTestCase, spawned
-
-
-def int_floats(seed, shape):
-    """Random integers in [-1000, 1000) without 0, as float32: the same tensor on every rank."""
-    x = torch.randint(-1000, 1000, shape, generator=torch.Generator().manual_seed(seed))
-    x[x == 0] = 7
-    return x.float()
+from mp_util import BACKEND, DistTestCase, int_floats, mesh_redistribution_cases, spawned, tensor_parallel_step
 
 
 class TorchApisCpuTest(DistTestCase):
@@ -79,36 +72,13 @@ class TorchApisCpuTest(DistTestCase):
     @spawned
     def test_dtensor_on_meshes_and_tensor_parallelism(self):
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-        W, r = self.world_size, self.rank
+        W = self.world_size
         seed = 100 * self.next_seed()
         mesh = init_device_mesh("cpu", (2, W // 2), mesh_dim_names=("dp", "tp"))
-        full = int_floats(seed, (8 * W, 6 * W))
-        d = distribute_tensor(full, mesh, [Shard(0), Shard(1)])
-        self.assert_same(d.full_tensor(), full, "Shard(0), Shard(1) -> full_tensor")
-        self.assert_same(d.redistribute(mesh, [Replicate(), Shard(0)]).full_tensor(), full, "-> Replicate, Shard(0)")
-        self.assert_same(d.redistribute(mesh, [Shard(1), Shard(0)]).full_tensor(), full, "-> Shard(1), Shard(0)")
-        part = DTensor.from_local(int_floats(seed + 1 + r, (4, 2 * W)), mesh, [Partial(), Partial()])
-        want = sum(int_floats(seed + 1 + q, (4, 2 * W)) for q in range(W))
-        self.assert_same(part.redistribute(mesh, [Replicate(), Replicate()]).to_local(), want, "Partial -> Replicate")
-        shard = part.redistribute(mesh, [Shard(1), Partial()]).redistribute(mesh, [Shard(1), Replicate()])
-        self.assert_same(shard.full_tensor(), want, "Partial -> Shard(1)")
-
-        mesh1 = init_device_mesh("cpu", (W,))
-        torch.manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Linear(16, 8 * W), torch.nn.ReLU(), torch.nn.Linear(8 * W, 16))
-        ref = torch.nn.Sequential(torch.nn.Linear(16, 8 * W), torch.nn.ReLU(), torch.nn.Linear(8 * W, 16))
-        ref.load_state_dict(net.state_dict())
-        parallelize_module(net, mesh1, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-        x = torch.randn(5, 16, generator=torch.Generator().manual_seed(seed))
-        y = net(x)
-        y.sum().backward()
-        yr = ref(x)
-        yr.sum().backward()
-        torch.testing.assert_close(y, yr, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(net[0].weight.grad.full_tensor(), ref[0].weight.grad, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(net[2].weight.grad.full_tensor(), ref[2].weight.grad, rtol=1e-5, atol=1e-5)
+        for what, got, want in mesh_redistribution_cases(mesh, self.rank, W, seed):
+            self.assert_same(got, want, what)
+        for what, got, want in tensor_parallel_step(init_device_mesh("cpu", (W,)), W, seed):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=lambda m, w=what: self.ctx(f"{w}: {m}"))
 
     @spawned
     def test_distributed_checkpoint_round_trip(self):

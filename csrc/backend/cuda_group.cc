@@ -126,18 +126,9 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
   opt.line_format = line_format == "auto" ? cu::LineFormat::Auto
                     : line_format == "wide" ? cu::LineFormat::Wide
                                             : cu::LineFormat::Narrow;
-  try {
-    opt.blocks = std::stoi(env::get("TORCH_PURLIN_CUDA_BLOCKS"));
-  } catch (const std::exception&) {
-    throw std::invalid_argument("TORCH_PURLIN_CUDA_BLOCKS: not a number: '" + env::get("TORCH_PURLIN_CUDA_BLOCKS") + "'");
-  }
+  opt.blocks = env::get_int("TORCH_PURLIN_CUDA_BLOCKS");
   opt.share_gpu = env::get_bool("TORCH_PURLIN_CUDA_SHARE_GPU");
-  try {
-    opt.share_gpu_ranks = std::stoi(env::get("TORCH_PURLIN_CUDA_SHARE_GPU_RANKS"));
-  } catch (const std::exception&) {
-    throw std::invalid_argument("TORCH_PURLIN_CUDA_SHARE_GPU_RANKS: not a number: '" +
-                                env::get("TORCH_PURLIN_CUDA_SHARE_GPU_RANKS") + "'");
-  }
+  opt.share_gpu_ranks = env::get_int("TORCH_PURLIN_CUDA_SHARE_GPU_RANKS");
   ce_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
   nccl_table = env::get("TORCH_PURLIN_CUDA_NCCL_FROM");
   NcclTable::parse(nccl_table, world_);  // a typo fails where it was made (NOTE [protocol table])

@@ -7,18 +7,12 @@
 
 namespace purlin::backend {
 
-Fallback::Fallback(int rank, Factory factory) : rank_(rank), factory_(std::move(factory)) {
+Fallback::Fallback(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout,
+                   GroupFactory factory)
+    : store_(std::move(store)), rank_(rank), size_(size), timeout_(timeout), factory_(std::move(factory)) {
   for (const auto& op : env::get_list("TORCH_PURLIN_FORCE_FALLBACK")) forced_.insert(op);
   for (const auto& op : env::get_list("TORCH_PURLIN_FORCE_NCCL")) forced_nccl_.insert(op);
   log_ = env::get_bool("TORCH_PURLIN_LOG");
-}
-
-Fallback::Factory Fallback::for_group(GroupFactory make, c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                                      std::chrono::milliseconds timeout) {
-  if (!make) return nullptr;
-  return [make = std::move(make), store = std::move(store), rank, size, timeout](const std::string& device_type) {
-    return make(store, rank, size, timeout, device_type);
-  };
 }
 
 c10d::Backend& Fallback::get(const c10::Device& device) {
@@ -27,7 +21,7 @@ c10d::Backend& Fallback::get(const c10::Device& device) {
   auto it = backends_.find(type);
   if (it == backends_.end()) {
     TORCH_CHECK(factory_, "purlin: no fallback backend factory for ", type, " tensors");
-    it = backends_.emplace(type, factory_(type)).first;
+    it = backends_.emplace(type, factory_(store_, rank_, size_, timeout_, type)).first;
   }
   return *it->second;
 }

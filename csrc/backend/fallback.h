@@ -19,18 +19,17 @@ namespace purlin::backend {
 
 class Fallback {
  public:
-  // Creates the fallback backend for a device type ("cpu" or "cuda").
-  using Factory = std::function<c10::intrusive_ptr<c10d::Backend>(const std::string& device_type)>;
   // Creates a group's fallback backend from the group's store, rank, size and timeout and the
-  // device type: what a group split from another (PurlinBackend::split) builds its own from.
+  // device type ("cpu" or "cuda"); a group split from another (PurlinBackend::split) builds its
+  // own with its parent's.
   using GroupFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
       const std::string& device_type)>;
-  // `make` bound to one group (nullptr if `make` is).
-  static Factory for_group(GroupFactory make, c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                           std::chrono::milliseconds timeout);
 
-  Fallback(int rank, Factory factory);
+  Fallback(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout,
+           GroupFactory factory);
+
+  const GroupFactory& group_factory() const { return factory_; }
 
   // The fallback backend for `device`, created on first use.
   c10d::Backend& get(const c10::Device& device);
@@ -48,8 +47,10 @@ class Fallback {
   std::map<std::string, std::pair<int64_t, int64_t>> counters() const;
 
  private:
-  int rank_;
-  Factory factory_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_, size_;
+  std::chrono::milliseconds timeout_;
+  GroupFactory factory_;
   std::set<std::string> forced_, forced_nccl_;
   bool log_;
   mutable std::mutex mu_;

@@ -19,8 +19,7 @@ PurlinBackend::PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
     : c10d::Backend(rank, size),
       store_(store),
       timeout_(timeout),
-      make_fallback_(std::move(make_fallback)),
-      fallback_(rank, Fallback::for_group(make_fallback_, store, rank, size, timeout)) {}
+      fallback_(store, rank, size, timeout, std::move(make_fallback)) {}
 
 PurlinBackend::~PurlinBackend() = default;
 

@@ -136,7 +136,6 @@ class PurlinBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
-  Fallback::GroupFactory make_fallback_;  // also builds the fallbacks of groups split from this one
   Fallback fallback_;
   // NOTE [split groups]: splits asked of this group so far (every rank counts alike), the store
   // torch passed with the last one, and the group made then, returned again when torch asks the

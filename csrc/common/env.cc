@@ -157,6 +157,15 @@ bool get_bool(const char* name) {
   return s == "1" || s == "true" || s == "yes" || s == "on";
 }
 
+int get_int(const char* name) {
+  const std::string v = get(name);
+  try {
+    return std::stoi(v);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(std::string(name) + ": not a number: '" + v + "'");
+  }
+}
+
 std::vector<std::string> get_list(const char* name) { return split_list(get(name)); }
 
 std::vector<std::string> split_list(const std::string& s) {

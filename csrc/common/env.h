@@ -26,6 +26,7 @@ int64_t get_bytes(const char* name);  // accepts K/M/G suffixes (powers of 1024)
 // A byte count as get_bytes reads it; `what` names it in the error.
 int64_t parse_bytes(const std::string& text, const std::string& what);
 bool get_bool(const char* name);      // 1/true/yes/on
+int get_int(const char* name);        // std::stoi's reading; "NAME: not a number: '...'" otherwise
 // Comma-separated list, lower-cased, empty items dropped.
 std::vector<std::string> get_list(const char* name);
 // The same split of any text (a value agreed between ranks, say).
