@@ -1,11 +1,14 @@
 """The purlin backend as torch.distributed sees it, on CPU tensors:
 registration strings, subgroups, custom collectives, fallbacks and their
-counters, point-to-point, /dev/shm hygiene (also when a rank is killed) and
+counters, point-to-point, /dev/shm hygiene (also when a rank is killed),
+the end of a group (destroy_process_group, abort) and
 TORCH_DISTRIBUTED_DEBUG=DETAIL's collective-mismatch checker.
 """
 import os
 import signal
+import threading
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -224,6 +227,80 @@ class SplitGroupTest(DistTestCase):
         want = sum(make_input(seed, 300 + r, (129,), torch.float64) for r in range(self.world_size))
         self.assertTrue(torch.equal(z, want), self.ctx("all_reduce on a split named differently per rank"))
         dist.barrier()
+
+
+class GroupEndTest(DistTestCase):
+    """NOTE [shutdown and abort] (csrc/backend/group_lifecycle.cc)."""
+    WORLD_SIZE = 3
+
+    @spawned
+    def test_destroy_shuts_the_group_down_and_a_new_group_works(self):
+        seed = self.next_seed()
+        x = make_input(seed, self.rank, (513,), torch.float64)
+        dist.all_reduce(x)
+        self.assertTrue(torch.equal(x, sum(make_input(seed, r, (513,), torch.float64) for r in range(3))))
+        b = torch.full((8,), 6 + self.rank, dtype=torch.int32)
+        dist.all_reduce(b, op=dist.ReduceOp.BAND)  # runs on (and so creates) the gloo fallback
+        self.assertTrue(torch.equal(b, torch.full((8,), 6 & 7 & 8, dtype=torch.int32)))
+        pair = dist.new_group([0, 1])
+        world = dist.group.WORLD
+        backend = world._get_backend(torch.device("cpu"))
+        dist.destroy_process_group()  # shuts down every group, the pair too
+        peer = (self.rank + 1) % 3
+        calls = {
+            "all_reduce": lambda: world.allreduce([torch.ones(4)]),
+            "barrier": lambda: world.barrier(),
+            "broadcast": lambda: world.broadcast(torch.ones(4), 0),
+            "send": lambda: world.send([torch.ones(2)], peer, 0),
+            "recv": lambda: world.recv([torch.ones(2)], peer, 0),
+            "custom": lambda: backend.run_spec(torch_purlin.specs.interleaved_all_gather(3, 2, 1), torch.ones(2),
+                                               torch.empty(6)),
+        }
+        if self.rank < 2:
+            calls["all_gather_into_tensor"] = lambda: pair._allgather_base(torch.empty(4), torch.ones(2))
+        for op, call in calls.items():
+            with self.assertRaisesRegex(RuntimeError, f"purlin {op} on rank {self.rank}: the group was shut down"):
+                call()
+        backend.shutdown()  # a second shutdown does nothing
+        # The last reference to the backend is a Python object here: it must die with the GIL released
+        # (NOTE [no GIL at the last reference]: gloo's destructor hung one run in two without).
+        del world, backend, pair
+        # A new group in the same processes (on a fresh store) runs natively, bit for bit.
+        store = dist.FileStore(self.file_name + "_again", self.world_size)
+        dist.init_process_group("purlin", store=store, rank=self.rank, world_size=3, timeout=self.PG_TIMEOUT)
+        seed = self.next_seed()
+        y = make_input(seed, self.rank, (1000,), torch.float64)
+        dist.all_reduce(y)
+        self.assertTrue(torch.equal(y, sum(make_input(seed, r, (1000,), torch.float64) for r in range(3))))
+        self.assertEqual(torch_purlin.counters()["all_reduce"], (1, 0))
+
+
+class GroupAbortTest(DistTestCase):
+    """NOTE [shutdown and abort]: abort() ends a wait at once, from another thread."""
+    WORLD_SIZE = 2
+    PG_TIMEOUT = timedelta(seconds=120)
+
+    @spawned
+    def test_abort_ends_a_waiting_collective_and_closes_the_group(self):
+        dist.all_reduce(torch.ones(64))  # the group's segments exist
+        world = dist.group.WORLD
+        store = dist.distributed_c10d._get_default_store()
+        if self.rank == 0:
+            # Rank 1 never joins this all_reduce; torch's abort, from a timer thread, must end the wait
+            # long before the 120 s timeout, name what it waited for, and close the group.
+            timer = threading.Timer(0.5, dist.distributed_c10d._abort_process_group)
+            start = time.monotonic()
+            timer.start()
+            with self.assertRaisesRegex(RuntimeError, r"purlin all_reduce \(seq 2\) on rank 0: the group was aborted "
+                                                      r"in phase '.+' waiting for rank 1"):
+                world.allreduce([torch.ones(64)]).wait()
+            self.assertLess(time.monotonic() - start, 20)
+            timer.join()
+            with self.assertRaisesRegex(RuntimeError, "purlin all_reduce on rank 0: the group was aborted"):
+                world.allreduce([torch.ones(4)])
+            store.set("rank0_done", "1")
+        else:
+            store.wait(["rank0_done"])
 
 
 class ForcedFallbackTest(DistTestCase):

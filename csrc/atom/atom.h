@@ -12,7 +12,8 @@
 //             signal is visible to `peer` once it observes the value.
 //   wait    — block until the flag (kind, from = peer) of this rank is >= value,
 //             with ACQUIRE semantics; bounded by the group timeout, after which
-//             it throws purlin::TimeoutError naming rank, peer, op and phase.
+//             it throws purlin::TimeoutError naming rank, peer, op and phase
+//             (AbortedError, a TimeoutError, when the group is aborted first).
 // Flag values only grow (monotonic epochs), so a flag never needs resetting.
 //
 // This header is torch-free. Implementations: atom/cpu (POSIX shared memory).
@@ -40,9 +41,18 @@ struct WaitSite {
   uint64_t seq = 0;         // the group's collective sequence number
 };
 
+// A wait that ended without its flag: the group timeout passed. Either way
+// the group cannot continue (its ranks' steps no longer match).
 class TimeoutError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A wait ended by the group's abort() (NOTE [shutdown and abort] in
+// backend/group_lifecycle.cc) before the timeout.
+class AbortedError : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
 };
 
 class HostAtom {

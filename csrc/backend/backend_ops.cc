@@ -77,10 +77,12 @@ int64_t numel_of(const std::vector<at::Tensor>& ts) {
 }
 }  // namespace
 
-// Routes to the fallback if the op cannot (or, by the protocol table, should
-// not) run natively; `table_bytes` as in fallback_reason (-1: no table).
+// Refuses an op of a closed group (NOTE [shutdown and abort]), then routes to
+// the fallback if the op cannot (or, by the protocol table, should not) run
+// natively; `table_bytes` as in fallback_reason (-1: no table).
 #define PURLIN_FALLBACK_REDUCING(op_name, tensors, table_bytes, redop, call)                       \
   do {                                                                                              \
+    check_open(op_name);                                                                            \
     bool by_table_ = false;                                                                         \
     const std::string why_ = fallback_reason(op_name, tensors, table_bytes, &by_table_, redop);     \
     if (!why_.empty()) return coalesced(fallback_for(op_name, tensors, why_, by_table_).call);      \
@@ -416,18 +418,21 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::barrier(const c10d::BarrierOptions
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  check_open("send");
   ++seq_;
   fallback_.count_fallback("send", "point-to-point ops are served by the fallback backend");
   return coalesced(fallback_backend(tensors[0].device()).send(tensors, dst, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  check_open("recv");
   ++seq_;
   fallback_.count_fallback("recv", "point-to-point ops are served by the fallback backend");
   return coalesced(fallback_backend(tensors[0].device()).recv(tensors, src, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  check_open("recv_anysource");
   ++seq_;
   fallback_.count_fallback("recv_anysource", "point-to-point ops are served by the fallback backend");
   return coalesced(fallback_backend(tensors[0].device()).recvAnysource(tensors, tag));
@@ -435,6 +440,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::recvAnysource(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::run_spec(const snac::Spec& spec, at::Tensor& input,
                                                        at::Tensor& output) {
+  check_open("custom");
   std::vector<at::Tensor> all{input, output};
   const std::string why = fallback_reason(spec.name, all);
   TORCH_CHECK(why.empty(), "purlin custom collective '", spec.name, "' on rank ", getRank(), ": ", why);

@@ -6,6 +6,7 @@
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
+#include "backend/gil_released_holder.h"
 #include "backend/protocol_table.h"
 #include "backend/purlin_backend.h"
 #include "common/env.h"
@@ -162,7 +163,9 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("text"), py::arg("world"), py::arg("var") = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
 
   auto backend_cls =
-      py::class_<backend::PurlinBackend, c10d::Backend, c10::intrusive_ptr<backend::PurlinBackend>>(m, "PurlinBackend");
+      // NOTE [no GIL at the last reference] (gil_released_holder.h)
+      py::class_<backend::PurlinBackend, c10d::Backend, backend::GilReleasedHolder<backend::PurlinBackend>>(
+          m, "PurlinBackend");
   using PurlinOptions = backend::PurlinBackend::PurlinOptions;
   py::class_<PurlinOptions, c10d::Backend::Options, c10::intrusive_ptr<PurlinOptions>>(backend_cls, "Options")
       .def(py::init([](std::chrono::milliseconds timeout) { return c10::make_intrusive<PurlinOptions>(timeout); }),
@@ -172,8 +175,8 @@ PYBIND11_MODULE(_C, m) {
   backend_cls
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, py::object make_fallback) {
-             return c10::make_intrusive<backend::PurlinBackend>(store, rank, size, timeout,
-                                                                wrap_factory(std::move(make_fallback)));
+             return backend::GilReleasedHolder<backend::PurlinBackend>(c10::make_intrusive<backend::PurlinBackend>(
+                 store, rank, size, timeout, wrap_factory(std::move(make_fallback))));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("make_fallback"))
       .def_property_readonly("options", &backend::PurlinBackend::getBackendOptions)

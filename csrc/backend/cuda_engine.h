@@ -24,6 +24,7 @@
 // otherwise the inline stubs at the end report the datapath as unavailable.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -56,7 +57,10 @@ using ProtocolCounts = std::map<std::string, std::map<std::string, int64_t>>;
 // One per PurlinBackend; creates the group's CudaGroup (cuda_group.h) on first use.
 class CudaPath {
  public:
-  CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store);
+  // `aborted`: the group's abort flag (NOTE [shutdown and abort]), which ends the host-side
+  // waits of the group's shared-memory exchanges; it outlives the path.
+  CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+           const std::atomic<bool>* aborted);
   ~CudaPath();
 
   // "" if `op` on `tensors` (some on CUDA) runs natively, else why not.
@@ -112,7 +116,8 @@ class CudaOpScope {
 #ifndef PURLIN_WITH_CUDA
 struct CudaPath::Impl {};
 struct CudaOpScope::State {};
-inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>) {}
+inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>,
+                          const std::atomic<bool>*) {}
 inline CudaPath::~CudaPath() = default;
 inline std::string CudaPath::unavailable(const std::string&, const std::vector<at::Tensor>&) {
   return "the CUDA datapath is not available in this build";

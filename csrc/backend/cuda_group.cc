@@ -135,8 +135,8 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
 }
 
 CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-                       int device)
-    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)) {
+                     int device, const std::atomic<bool>* aborted)
+    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)), aborted_(aborted) {
   c10::cuda::CUDAGuard guard(device_);
   // NOTE [setup agreement]: every rank reads its settings, then all state
   // ok-or-why before the first exchange below waits on a peer.
@@ -245,7 +245,7 @@ void CudaGroup::set_timeout(std::chrono::milliseconds t) {
 atom::CpuAtom& CudaGroup::host_atom() {
   if (!a2a_atom_)
     a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_,
-                               store_rendezvous(store_, timeout_));
+                               store_rendezvous(store_, timeout_), aborted_);
   return *a2a_atom_;
 }
 
@@ -792,7 +792,7 @@ std::vector<std::string> CudaGroup::pool_agree(const std::string& tag, const std
   if (!pool_broken_.empty()) throw std::runtime_error(pool_broken_);
   if (!pool_atom_)
     pool_atom_ =
-        make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_, timeout_));
+        make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_, timeout_), aborted_);
   const uint64_t n = ++pool_seq_;
   const atom::WaitSite site{"empty", "symmetric pool: agree on a block's offset with every rank", n};
   try {

@@ -4,6 +4,7 @@
 // cuda_engine.h's CudaPath).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -39,8 +40,9 @@ class CudaGroup {
  public:
   // Throws std::runtime_error naming every rank that could not set the group
   // up (NOTE [setup agreement]); the store keys it used are then spent.
+  // `aborted`: the group's abort flag, for the host-side exchanges' waits (NOTE [shutdown and abort]).
   CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-             int device);
+            int device, const std::atomic<bool>* aborted);
   ~CudaGroup();
 
   const std::string& unavailable() const { return unavailable_; }
@@ -138,6 +140,7 @@ class CudaGroup {
   int rank_, world_, device_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
+  const std::atomic<bool>* aborted_;
   std::string unavailable_;
   std::shared_ptr<cu::SymmetricWorkspace> ws_;
   std::optional<c10::cuda::CUDAStream> internal_;

@@ -2,6 +2,8 @@
 #include "backend/fallback.h"
 
 #include <cstdio>
+#include <exception>
+#include <vector>
 
 #include "common/env.h"
 
@@ -44,6 +46,38 @@ void Fallback::count_fallback(const std::string& op, const std::string& reason) 
 
 bool Fallback::forced(const std::string& op, bool cuda) const {
   return forced_.count(op) || forced_.count("all") || (cuda && (forced_nccl_.count(op) || forced_nccl_.count("all")));
+}
+
+namespace {
+// Calls `step` on each backend (outside the lock: NCCL's abort may be called while another thread is
+// inside one of its collectives) and rethrows the first error once all were called.
+void for_each_backend(std::vector<c10::intrusive_ptr<c10d::Backend>> backends,
+                      const std::function<void(c10d::Backend&)>& step) {
+  std::exception_ptr first;
+  for (auto& b : backends) {
+    try {
+      step(*b);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+}  // namespace
+
+std::vector<c10::intrusive_ptr<c10d::Backend>> Fallback::made() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<c10::intrusive_ptr<c10d::Backend>> out;
+  for (const auto& kv : backends_) out.push_back(kv.second);
+  return out;
+}
+
+void Fallback::shutdown_all() {
+  for_each_backend(made(), [](c10d::Backend& b) { b.shutdown(); });
+}
+
+void Fallback::abort_all() {
+  for_each_backend(made(), [](c10d::Backend& b) { b.abort(); });
 }
 
 std::map<std::string, std::pair<int64_t, int64_t>> Fallback::counters() const {

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -43,10 +44,18 @@ class Fallback {
   // TORCH_PURLIN_FORCE_NCCL names `op` (or "all").
   bool forced(const std::string& op, bool cuda) const;
 
+  // NOTE [shutdown and abort] (group_lifecycle.cc): forwards to every fallback backend made so
+  // far (NCCL releases its communicators; gloo's are no-ops), each called even if an earlier
+  // one throws; the first error is rethrown after. Callable from any thread.
+  void shutdown_all();
+  void abort_all();
+
   // op -> (native calls, fallback calls)
   std::map<std::string, std::pair<int64_t, int64_t>> counters() const;
 
  private:
+  std::vector<c10::intrusive_ptr<c10d::Backend>> made() const;  // the fallback backends made so far
+
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_;
   std::chrono::milliseconds timeout_;

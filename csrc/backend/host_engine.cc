@@ -18,8 +18,9 @@ constexpr size_t kMaxPlans = 256;
 
 }  // namespace
 
-HostEngine::HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv)
-    : rank_(rank), world_(world), timeout_(timeout), rdv_(std::move(rdv)) {}
+HostEngine::HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv,
+                       const std::atomic<bool>* aborted)
+    : rank_(rank), world_(world), timeout_(timeout), rdv_(std::move(rdv)), aborted_(aborted) {}
 
 HostEngine::~HostEngine() = default;
 
@@ -46,7 +47,7 @@ void HostEngine::ensure_atom(const char* op) {
   std::string why;
   try {
     why = agree_on_setup(rdv_, "purlin/cpu/setup/", rank_, world_, mine);
-    if (why.empty()) atom_ = make_shm_group("cpu", rank_, world_, ws, meta_blob_bytes(world_), timeout_, rdv_);
+    if (why.empty()) atom_ = make_shm_group("cpu", rank_, world_, ws, meta_blob_bytes(world_), timeout_, rdv_, aborted_);
   } catch (const std::exception& e) {  // a rank that does not arrive (store_rendezvous.h), a segment not made
     why = e.what();
   }

@@ -5,6 +5,7 @@
 // up the shared-memory segments, and flat Requests to run.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -23,7 +24,8 @@ namespace purlin::backend {
 
 class HostEngine {
  public:
-  HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv);
+  // `aborted`: the group's abort flag (NOTE [shutdown and abort]); it outlives the engine.
+  HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, const std::atomic<bool>* aborted);
   ~HostEngine();
 
   // Runs one collective; throws std::runtime_error naming op, rank and reason.
@@ -39,6 +41,7 @@ class HostEngine {
   int rank_, world_;
   std::chrono::milliseconds timeout_;
   Rendezvous rdv_;
+  const std::atomic<bool>* aborted_;
   std::unique_ptr<atom::CpuAtom> atom_;
   uint64_t seq_ = 0;        // collectives started on this group (arrival value)
   uint64_t step_base_ = 0;  // NOTE [epochs]

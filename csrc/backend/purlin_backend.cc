@@ -31,7 +31,7 @@ void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
 
 HostEngine& PurlinBackend::host() {
   if (!host_) {
-    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_));
+    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_), &aborted_);
   }
   return *host_;
 }
@@ -46,10 +46,12 @@ bool PurlinBackend::supportsTensorAlloc(c10::DeviceIndex) {
 }
 
 at::Tensor PurlinBackend::allocateTensor(long size, at::TensorOptions options) {
+  check_open("allocateTensor");
   return cuda().empty({static_cast<int64_t>(size)}, options, /*or_plain=*/true);  // NOTE [pool or plain]
 }
 
 at::Tensor PurlinBackend::empty_symmetric(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  check_open("empty");
   return cuda().empty(sizes, options);
 }
 
@@ -61,7 +63,7 @@ std::tuple<std::string, int, int, bool> PurlinBackend::last_launch() const {
 std::map<std::string, std::map<std::string, int64_t>> PurlinBackend::protocol_counts() const { return cuda().protocol_counts(); }
 
 CudaPath& PurlinBackend::cuda() const {
-  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_);
+  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_, &aborted_);
   return *cuda_;
 }
 

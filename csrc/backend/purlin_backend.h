@@ -7,6 +7,7 @@
 // returns a Work. Everything Purlin does not serve goes through Fallback.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -44,6 +45,11 @@ class PurlinBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   // NOTE [split groups] (split_group.cc): dist.split_group and DeviceMesh on a group bound to
   // a device (init_process_group(device_id=...)) make subgroups through split().
+  // NOTE [shutdown and abort] (group_lifecycle.cc): dist.destroy_process_group calls shutdown(),
+  // torch's _abort_process_group abort(); afterwards every op of the group raises.
+  void shutdown() override;
+  void abort() override;
+
   bool supportsSplitting() const override { return true; }
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
@@ -111,6 +117,13 @@ class PurlinBackend : public c10d::Backend {
   std::map<std::string, std::map<std::string, int64_t>> protocol_counts() const;
 
  private:
+  // Throws, naming `op` and the rank, once the group was shut down or aborted (one relaxed load
+  // when it is open: NOTE [eager host path]).
+  void check_open(const char* op) const {
+    if (C10_UNLIKELY(closed_.load(std::memory_order_relaxed) != kOpen)) throw_closed(op);
+  }
+  [[noreturn]] void throw_closed(const char* op) const;
+
   // Why `op` on `tensors` cannot run natively ("" if it can). `table_bytes`:
   // the op's larger side in bytes for the protocol table (NOTE [protocol
   // table] in protocol_table.h), -1 for ops that do not consult it; *by_table is
@@ -137,6 +150,11 @@ class PurlinBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
   Fallback fallback_;
+  // NOTE [shutdown and abort]: the group's state, and the flag that ends the host waits of its
+  // shared-memory Atoms (declared before the engines, which hold its address).
+  static constexpr int kOpen = 0, kShutDown = 1, kAborted = 2;
+  std::atomic<int> closed_{kOpen};
+  std::atomic<bool> aborted_{false};
   // NOTE [split groups]: splits asked of this group so far (every rank counts alike), the store
   // torch passed with the last one, and the group made then, returned again when torch asks the
   // same backend (serving CPU and CUDA) for the same split a second time.

@@ -19,7 +19,7 @@ std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& ke
 
 std::unique_ptr<atom::CpuAtom> make_shm_group(const std::string& purpose, int rank, int world, size_t workspace_bytes,
                                               size_t meta_bytes, std::chrono::milliseconds timeout,
-                                              const Rendezvous& rdv) {
+                                              const Rendezvous& rdv, const std::atomic<bool>* aborted) {
   const std::string key = "purlin/" + purpose + "/";
   std::string token;
   if (rank == 0) {
@@ -32,6 +32,7 @@ std::unique_ptr<atom::CpuAtom> make_shm_group(const std::string& purpose, int ra
     token = rdv.get(key + "token");
   }
   auto a = std::make_unique<atom::CpuAtom>(token, rank, world, workspace_bytes, meta_bytes, timeout);
+  a->set_abort_flag(aborted);
   all_gather(rdv, key + "created/", rank, world, "1");  // every segment exists
   a->attach_peers();
   all_gather(rdv, key + "attached/", rank, world, "1");  // every peer mapped ours

@@ -8,6 +8,7 @@
 // Torch-free: the backend passes the Store as a Rendezvous.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -33,9 +34,10 @@ std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& ke
 
 // Every rank creates its segment, all attach, then each unlinks its own name:
 // from then on nothing is left in /dev/shm, even if a process is killed
-// (NOTE [cpu segment layout] and the lifecycle in cpu_atom.h).
+// (NOTE [cpu segment layout] and the lifecycle in cpu_atom.h). `aborted`: the
+// group's abort flag, which ends the atom's waits (CpuAtom::set_abort_flag), or nullptr.
 std::unique_ptr<atom::CpuAtom> make_shm_group(const std::string& purpose, int rank, int world, size_t workspace_bytes,
                                               size_t meta_bytes, std::chrono::milliseconds timeout,
-                                              const Rendezvous& rdv);
+                                              const Rendezvous& rdv, const std::atomic<bool>* aborted);
 
 }  // namespace purlin::backend

@@ -49,6 +49,7 @@ c10::intrusive_ptr<c10d::Backend::Options> PurlinBackend::getBackendOptions() {
 c10::intrusive_ptr<c10d::Backend> PurlinBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
                                                        const std::vector<int>& ranks,
                                                        const c10::intrusive_ptr<Options>& opts) {
+  check_open("split_group");
   for (int r : ranks)
     TORCH_CHECK(r >= 0 && r < getSize(), "purlin: split_group on rank ", getRank(), ": rank ", r,
                 " is outside the parent group of ", getSize(), " ranks");

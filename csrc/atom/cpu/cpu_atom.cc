@@ -162,19 +162,24 @@ void CpuAtom::wait(int peer, FlagKind kind, uint64_t value, const WaitSite& site
     }
     const Clock::time_point now = Clock::now();
     waited = now - start;
-    if (now >= deadline) {
+    const bool aborted = aborted_ && aborted_->load(std::memory_order_relaxed);
+    if (now >= deadline || aborted) {
       have = f->load(std::memory_order_acquire);
       if (have >= value) return;
-      throw_timeout(peer, kind, have, value, site);
+      throw_timeout(peer, kind, have, value, site, aborted);
     }
   }
 }
 
-void CpuAtom::throw_timeout(int peer, FlagKind kind, uint64_t have, uint64_t want, const WaitSite& site) const {
+void CpuAtom::throw_timeout(int peer, FlagKind kind, uint64_t have, uint64_t want, const WaitSite& site,
+                            bool aborted) const {
   std::ostringstream m;
-  m << "purlin " << site.op << " (seq " << site.seq << ") on rank " << rank_ << ": timed out after "
-    << static_cast<double>(timeout_.count()) / 1000.0 << " s in phase '" << site.phase << "' waiting for rank " << peer << " ("
-    << flag_kind_name(kind) << " flag is " << have << ", needed >= " << want << ")";
+  m << "purlin " << site.op << " (seq " << site.seq << ") on rank " << rank_ << ": ";
+  if (aborted) m << "the group was aborted";
+  else m << "timed out after " << static_cast<double>(timeout_.count()) / 1000.0 << " s";
+  m << " in phase '" << site.phase << "' waiting for rank " << peer << " (" << flag_kind_name(kind) << " flag is " << have
+    << ", needed >= " << want << ")";
+  if (aborted) throw AbortedError(m.str());
   throw TimeoutError(m.str());
 }
 

@@ -31,7 +31,9 @@
 // spin with a pause instruction for kSpinFor, then sched_yield() until
 // kYieldFor, then sleep kSleep between checks. The clock is read once per
 // batch of checks. Every wait is bounded by timeout() and then throws
-// TimeoutError naming op, seq, rank, phase, peer, flag kind and values.
+// TimeoutError naming op, seq, rank, phase, peer, flag kind and values; with
+// an abort flag set (set_abort_flag), a wait that sees it raised at a clock
+// read throws AbortedError with the same names instead (within ~1 ms).
 #pragma once
 
 #include <atomic>
@@ -69,6 +71,9 @@ class CpuAtom : public HostAtom {
   bool peers_attached() const { return attached_; }
 
   void set_timeout(std::chrono::milliseconds timeout);  // > 0
+  // A flag that, once true, ends every wait with AbortedError (NOTE [cpu wait
+  // strategy]); read relaxed, from any thread; must outlive the atom. nullptr: none.
+  void set_abort_flag(const std::atomic<bool>* aborted) { aborted_ = aborted; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   static std::string segment_name(const std::string& name_prefix, int rank);
@@ -99,7 +104,8 @@ class CpuAtom : public HostAtom {
  private:
   std::byte* base(int rank) const;  // segment base of `rank` as mapped here; checks rank and attachment
   std::atomic<uint64_t>* flag(std::byte* seg, FlagKind kind, int sender) const;
-  [[noreturn]] void throw_timeout(int peer, FlagKind kind, uint64_t have, uint64_t want, const WaitSite& site) const;
+  [[noreturn]] void throw_timeout(int peer, FlagKind kind, uint64_t have, uint64_t want, const WaitSite& site,
+                                  bool aborted) const;
 
   std::string prefix_;
   int rank_, world_;
@@ -109,6 +115,7 @@ class CpuAtom : public HostAtom {
   std::vector<cpu::ShmSegment> peers_;  // indexed by rank; own slot stays empty
   std::vector<std::byte*> bases_;       // segment base per rank; nullptr until attached
   bool attached_ = false;
+  const std::atomic<bool>* aborted_ = nullptr;
 };
 
 }  // namespace purlin::atom

@@ -1,0 +1,162 @@
+"""The end of a purlin group on CUDA (NOTE [shutdown and abort], csrc/backend/group_lifecycle.cc):
+dist.destroy_process_group shuts the group down (later ops refuse, a pool tensor outlives it, a new
+group in the same processes works), torch's _abort_process_group ends a host wait of the CUDA path
+at once, and the NCCL fallback a group made is shut down with it (ProcessGroupNCCL otherwise warns
+that destroy_process_group() "was not called"). Skips cleanly without the GPUs.
+"""
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from gpu_harness import device_of, gpus_missing, run_ranks_expect_ok, write_result
+from mp_util import int_floats
+
+WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
+NCCL_UNSHUT = "destroy_process_group() was not called"  # ProcessGroupNCCL's destructor, when never shut down
+
+
+def worker(rank, path, result_path):
+    import torch_purlin
+
+    dev = torch.device("cuda", device_of(rank))
+    torch.cuda.set_device(dev)
+    timeout = timedelta(seconds=120)
+    dist.init_process_group("purlin", init_method=f"file://{path}", rank=rank, world_size=WORLD, timeout=timeout,
+                            device_id=dev)
+    errors = []
+
+    def check(what, got, want):
+        if not torch.equal(got.cpu(), want):
+            errors.append(f"{what}: {(got.cpu() != want).sum().item()} elements differ from the reference")
+
+    def refused(what, call, text):
+        try:
+            call()
+            errors.append(f"{what}: ran, expected the group to refuse it")
+        except RuntimeError as e:
+            if text not in str(e):
+                errors.append(f"{what}: raised {str(e)[:300]!r}, expected {text!r}")
+
+    # 1. destroy_process_group: the old group refuses, its pool tensor stays readable.
+    t = int_floats(100 + rank, (4099,)).to(dev)
+    dist.all_reduce(t)
+    check("all_reduce before destroy", t, sum(int_floats(100 + r, (4099,)) for r in range(WORLD)))
+    kept = torch_purlin.empty((1000,), dtype=torch.float32, device=dev)
+    kept.copy_(int_floats(200 + rank, (1000,)))
+    world = dist.group.WORLD
+    dist.destroy_process_group()
+    refused("all_reduce after destroy", lambda: world.allreduce([t]), f"purlin all_reduce on rank {rank}: the group was shut down")
+    check("a pool tensor after its group's destroy", kept, int_floats(200 + rank, (1000,)))
+    del kept, world
+
+    # 2. A new group in the same processes, on a new file: native and exact again.
+    dist.init_process_group("purlin", init_method=f"file://{path}_again", rank=rank, world_size=WORLD,
+                            timeout=timeout, device_id=dev)
+    t = int_floats(300 + rank, (65537,)).to(dev)
+    dist.all_reduce(t)
+    check("all_reduce on a new group", t, sum(int_floats(300 + r, (65537,)) for r in range(WORLD)))
+    if torch_purlin.counters()["all_reduce"] != (1, 0):
+        errors.append(f"all_reduce on the new group ran {torch_purlin.counters()['all_reduce']} (native, fallback)")
+
+    # 3. Abort while rank 0 waits on the host for the all_to_all split sizes of ranks that never come.
+    splits = [r + 1 for r in range(WORLD)]  # uneven: the sizes travel through the host exchange
+    inp = int_floats(400 + rank, (sum(splits),)).to(dev)
+    out = torch.empty(WORLD * (rank + 1), device=dev)
+    dist.all_to_all_single(out, inp, output_split_sizes=[rank + 1] * WORLD, input_split_sizes=splits)
+    want = torch.cat([int_floats(400 + r, (sum(splits),))[sum(splits[:rank]):sum(splits[:rank + 1])]
+                      for r in range(WORLD)])
+    check("all_to_all_single before the abort", out, want)
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        world = dist.group.WORLD
+        timer = threading.Timer(0.5, dist.distributed_c10d._abort_process_group)
+        start = time.monotonic()
+        timer.start()
+        refused("the all_to_all_single the others never join",
+                lambda: dist.all_to_all_single(out, inp, output_split_sizes=[1] * WORLD, input_split_sizes=splits),
+                "the group was aborted")
+        took = time.monotonic() - start
+        if took > 30:
+            errors.append(f"the aborted all_to_all_single returned after {took:.1f} s (timeout 120 s)")
+        timer.join()
+        refused("all_reduce after abort", lambda: world.allreduce([t]), f"purlin all_reduce on rank 0: the group was aborted")
+        store.set("rank0_done", "1")
+    else:
+        store.wait(["rank0_done"])
+        dist.destroy_process_group()
+    torch.cuda.synchronize()
+    write_result(result_path, rank, errors, "destroy, new group and abort as expected")
+
+
+def test_destroy_new_group_and_abort_on_cuda():
+    if gpus_missing(WORLD):
+        pytest.skip(gpus_missing(WORLD))
+    run_ranks_expect_ok(worker, WORLD)
+
+
+# One rank, one GPU: NCCL at world 1 needs no second GPU, so this also runs where ranks share one.
+NCCL_FALLBACK = r"""
+import sys, gc, torch, torch.distributed as dist, torch_purlin
+from datetime import timedelta
+torch.cuda.set_device(0)
+store = dist.HashStore()
+if sys.argv[1] == "bare":  # the control: a ProcessGroupNCCL dropped without shutdown
+    pg = dist.ProcessGroupNCCL(store, 0, 1)
+    t = torch.ones(8, device="cuda")
+    pg.allreduce([t]).wait()
+    torch.cuda.synchronize()
+    del pg
+    gc.collect()
+    print("END", flush=True)
+    sys.exit(0)
+dist.init_process_group("purlin", store=store, rank=0, world_size=1, timeout=timedelta(seconds=60))
+t = torch.arange(1000, dtype=torch.float32, device="cuda")
+dist.all_reduce(t)  # TORCH_PURLIN_FORCE_NCCL=all_reduce: the group's NCCL fallback runs it
+assert torch.equal(t.cpu(), torch.arange(1000, dtype=torch.float32))
+assert torch_purlin.counters()["all_reduce"] == (0, 1), torch_purlin.counters()
+world = dist.group.WORLD
+if sys.argv[1] == "destroy":
+    dist.destroy_process_group()
+else:
+    dist.distributed_c10d._abort_process_group()
+try:
+    world.allreduce([t])
+    print("RAN", flush=True)
+except RuntimeError as e:
+    print("REFUSED:", str(e).splitlines()[0], flush=True)
+del world
+gc.collect()
+torch.cuda.synchronize()
+print("END", flush=True)
+"""
+
+
+def run_one_rank(mode):
+    env = dict(os.environ, TORCH_PURLIN_FORCE_NCCL="all_reduce", TORCH_NCCL_ASYNC_ERROR_HANDLING="0")
+    env.pop("TORCH_PURLIN_CUDA_SHARE_GPU", None)  # one rank: nothing is shared
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), env.get("PYTHONPATH", "")])
+    p = subprocess.run([sys.executable, "-c", NCCL_FALLBACK, mode], env=env, capture_output=True, text=True,
+                       timeout=180)
+    print(f"--- {mode}: exit {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}")
+    return p
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode,verdict", [("destroy", "the group was shut down"), ("abort", "the group was aborted")])
+def test_the_nccl_fallback_ends_with_its_group(mode, verdict):
+    control = run_one_rank("bare")
+    assert control.returncode == 0 and "END" in control.stdout, control.stderr[-2000:]
+    if NCCL_UNSHUT not in control.stderr:
+        pytest.skip(f"this torch's ProcessGroupNCCL does not warn {NCCL_UNSHUT!r} when never shut down")
+    p = run_one_rank(mode)
+    assert p.returncode == 0 and "END" in p.stdout, p.stderr[-2000:]
+    assert f"REFUSED: purlin all_reduce on rank 0: {verdict}" in p.stdout, p.stdout
+    assert NCCL_UNSHUT not in p.stderr, p.stderr[-2000:]
