@@ -83,7 +83,7 @@ if has smoke; then
 fi
 if has suite; then
   OUT="$LOGS" PURLIN_GPU_DEADLINE_S="${SUITE_S:-400}" bash test/gpu/run_gpu_suite.sh \
-    ${SUITE_FILES:-test/test_gpu_collectives.py test/test_gpu_copy_engine.py test/test_gpu_training.py test/test_gpu_device_mesh.py test/test_gpu_lifecycle.py} \
+    ${SUITE_FILES:-test/test_gpu_collectives.py test/test_gpu_copy_engine.py test/test_gpu_training.py test/test_gpu_device_mesh.py test/test_gpu_lifecycle.py test/test_gpu_compile.py} \
     >"$LOGS/suite.txt" 2>&1
   say "suite exit $?"
   grep -E "^(FAILED|ERROR)|passed|failed|BUILD|build:|tests:|error:" "$LOGS/suite.txt" | tail -40 >>"$S"
