@@ -1,7 +1,8 @@
 // cuda_group.h — CudaGroup: one process group's CUDA state on one rank: the
 // symmetric workspace, the symmetric pool, the plan cache, the copy-engine
 // Atom, and the launches (internal to the CUDA glue; the backend sees only
-// cuda_engine.h's CudaPath).
+// cuda_engine.h's CudaPath). Defined in cuda_group.cc (setup, device errors,
+// pool), cuda_group_host_checks.cc, cuda_group_plans.cc, cuda_group_launch.cc.
 #pragma once
 
 #include <atomic>
@@ -93,6 +94,8 @@ class CudaGroup {
     const std::string* protocol_name = nullptr;  // the same, in protocol_names_ (protocol_counts())
   };
 
+  // request.h's IoAlias of rq (and its shift), in the device lowering's terms.
+  static cu::IoAlias alias_of(const Request& rq, int64_t* shift = nullptr);
   // "" or the RuntimeError text of the device error recorded in ws.
   static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout);
   void read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table);
