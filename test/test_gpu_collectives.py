@@ -1215,7 +1215,7 @@ def _worker(rank, world, init_file, log_path):
         assert "lines" not in torch_purlin.last_launch(pg)["protocol"], torch_purlin.last_launch(pg)
         # TORCH_PURLIN_CUDA_LINE_FORMAT: auto (pg) takes wide lines above 128K per rank for single-chunk
         # specs (all_reduce, broadcast), above 512K for all_gather / all_to_all (wide_line_plan in
-        # cuda_group.cc), narrow ones for the rest; wide and narrow take theirs (NOTE [wide lines]).
+        # cuda_group_plans.cc), narrow ones for the rest; wide and narrow take theirs (NOTE [wide lines]).
         # float32: 800, 400 or 100 KB per rank (an all_gather's limit counts its output: W x 800/W KB).
         # Ranks sharing a GPU: auto takes narrow lines only (NOTE [shared GPU]).
         auto_wide = "lines" if shared else "wide-lines"
@@ -1609,7 +1609,7 @@ def _worker(rank, world, init_file, log_path):
         R.check(kind, call_tag_case, kind)
 
     def one_sided_local_error(same_on_every_rank):
-        # NOTE [one-sided local errors] (cuda_group.cc): an argument error raises on its rank at once. If every
+        # NOTE [one-sided local errors] (cuda_group_host_checks.cc): an argument error raises on its rank at once. If every
         # rank made it, the group goes on; if only the last rank did, the others entered the collective, and no
         # rank may then get a result from this group: the erring rank's next call raises (it waited for the
         # others on the host), theirs raise once their device wait timed out (at the latest one call later).

@@ -117,8 +117,8 @@ class CudaGroup {
 
   std::vector<PeerMeta> peer_meta(const Request& rq);
   atom::CpuAtom& host_atom();  // the shared-memory arrival of this group's hosts, made on first use
-  void ce_check(const Request& rq, uint64_t sig);  // NOTE [copy-engine call check] (cuda_group.cc)
-  void settle_local_error(const Request& rq);     // NOTE [one-sided local errors] (cuda_group.cc)
+  void ce_check(const Request& rq, uint64_t sig);  // NOTE [copy-engine call check] (cuda_group_host_checks.cc)
+  void settle_local_error(const Request& rq);     // NOTE [one-sided local errors] (cuda_group_host_checks.cc)
   std::vector<std::string> pool_agree(const std::string& tag, const std::string& mine);
   // `all`: every rank's arguments (peer_meta()), or empty: filled here when needed.
   const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,

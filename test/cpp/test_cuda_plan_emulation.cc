@@ -25,7 +25,7 @@
 //
 // Line plans (NOTE [line plans], line_kernel.cuh) run in the same sequences:
 // a small collective whose one-round push plan fits the line region (the
-// host's choice, lines_wanted / plan_for in cuda_group.cc, re-derived here and
+// host's choice, lines_wanted / plan_for in cuda_group_plans.cc, re-derived here and
 // checked to be equal on every rank) runs the line kernel instead: Workspace
 // refs go to one parity (lseq % 2) of the owner's line region, modelled per
 // 16-byte line (two int32 and the flag, stored and loaded as one unit: a
@@ -788,7 +788,7 @@ snac::Spec spec_of(const Case& cs, int W) {
   return {};
 }
 
-// The engine's rule (cuda_group.cc, NOTE [zero-copy in place]).
+// The engine's rule (cuda_group_plans.cc, NOTE [zero-copy in place]).
 bool zero_copy_allowed(Kind k, cu::IoAlias alias, bool two_shot) {
   if (k == Kind::Gather || k == Kind::Scatter) return false;  // only the root may alias: not rank-invariant
   if (alias == cu::IoAlias::Disjoint) return true;
@@ -808,7 +808,7 @@ bool direct_local_reads(Kind k, cu::IoAlias alias, int64_t shift, int r, int64_t
   }
 }
 
-// CudaGroup's line choice (lines_wanted + plan_for in cuda_group.cc): the
+// CudaGroup's line choice (lines_wanted + plan_for in cuda_group_plans.cc): the
 // most bytes any rank sends or receives (snac::max_rank_elems) within the
 // line budget (int32: no PREMUL_SUM, 4-byte elements).
 bool lines_wanted(const Group& g, const snac::Spec& spec) {
@@ -831,7 +831,7 @@ bool one_round_push_plan(const snac::Spec& spec, int r, snac::PlanOptions opt, i
 }
 
 // plan_for's line branch: contiguous sources, one parity of the line region.
-// A region without gaps (cuda_group.cc's `dense`).
+// A region without gaps (cuda_group_plans.cc's `dense`).
 bool dense(const snac::Region& r) { return r.rows <= 1 || r.stride == r.row_len; }
 
 // Whether every source (and, with `dests`, every destination) region of spec is dense.
@@ -891,7 +891,7 @@ void place_io(const Case& cs, const snac::Spec& spec, int r, int32_t* mem, int32
   }
 }
 
-// Rank r's plan options for a plan-kernel run (cuda_group.cc plan_for).
+// Rank r's plan options for a plan-kernel run (cuda_group_plans.cc plan_for).
 snac::PlanOptions plan_options(const Group& g, const Case& cs, int r, cu::IoAlias alias, int64_t shift) {
   snac::PlanOptions opt;
   opt.align_elems = cu::kPartBytes / kEsize;
@@ -901,7 +901,7 @@ snac::PlanOptions plan_options(const Group& g, const Case& cs, int r, cu::IoAlia
   opt.push = cs.push;
   opt.push_reduced = cs.push_reduced;
   opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
-  opt.match_waits = cs.matched;  // plan-kernel plans only: line plans are made without (cuda_group.cc)
+  opt.match_waits = cs.matched;  // plan-kernel plans only: line plans are made without (cuda_group_plans.cc)
   return opt;
 }
 
@@ -971,7 +971,7 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     p.cs.zero_copy = p.cs.two_shot = p.cs.peer_outputs = false;
   }
   for (int r = 0; r < W; ++r) {
-    if (!lines && !parity && p.cs.peer_outputs) {  // cuda_group.cc plan_for: no push, no zero-copy reads
+    if (!lines && !parity && p.cs.peer_outputs) {  // cuda_group_plans.cc plan_for: no push, no zero-copy reads
       opts[r].write_peer_outputs = true;
       opts[r].read_peer_inputs = opts[r].push = false;
     }
@@ -1132,7 +1132,7 @@ Case random_case(int world, std::mt19937& rng) {
   c.push = rng() % 2 == 0;
   c.matched = rng() % 4 != 0;
   c.push_reduced = c.two_shot && rng() % 2;
-  // NOTE [peer outputs] (cuda_group.cc peer_outputs_allowed): all_gather and broadcast into pool outputs,
+  // NOTE [peer outputs] (cuda_group_plans.cc peer_outputs_allowed): all_gather and broadcast into pool outputs,
   // drawn from the existing choices so that the sequence of cases stays the same.
   c.peer_outputs = (c.kind == Kind::AllGather || c.kind == Kind::Broadcast) && c.zero_copy && c.push;
   if (c.kind == Kind::AllToAll || c.kind == Kind::Interleaved) c.layout = Layout::Disjoint;  // no in-place form

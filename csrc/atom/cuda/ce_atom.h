@@ -40,7 +40,7 @@
 //   mapped here) into its output, a pull, so the waits need no flush of
 //   remote writes (NOTE [stream memop ordering]); nothing is staged. The
 //   engine checks every copy-engine call on the host first (NOTE
-//   [copy-engine call check] in cuda_group.cc), pool offsets included, so
+//   [copy-engine call check] in cuda_group_host_checks.cc), pool offsets included, so
 //   ranks whose blocks lie at other offsets get an error, not wrong bytes.
 // NOTE [copy-engine graphs] Host-held epochs cannot work in a CUDA graph: a
 //   replay would repeat the captured values. refusal() declines a capturing
