@@ -41,8 +41,9 @@ struct WaitSite {
   uint64_t seq = 0;         // the group's collective sequence number
 };
 
-// A wait that ended without its flag: the group timeout passed. Either way
-// the group cannot continue (its ranks' steps no longer match).
+// A wait that ended without its flag: the group timeout passed (or, as
+// AbortedError below, the group was aborted). Either way the group cannot
+// continue (its ranks' steps no longer match).
 class TimeoutError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
