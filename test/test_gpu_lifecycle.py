@@ -1,7 +1,8 @@
 """The end of a purlin group on CUDA (NOTE [shutdown and abort], csrc/backend/group_lifecycle.cc):
 dist.destroy_process_group shuts the group down (later ops refuse, a pool tensor outlives it, a new
 group in the same processes works), torch's _abort_process_group ends a host wait of the CUDA path
-at once, and the NCCL fallback a group made is shut down with it (ProcessGroupNCCL otherwise warns
+at once, and a kernel's or copy-engine stream's wait within a millisecond (NOTE [device abort]), and the NCCL
+fallback a group made is shut down with it (ProcessGroupNCCL otherwise warns
 that destroy_process_group() "was not called"). Skips cleanly without the GPUs.
 """
 import os
@@ -92,7 +93,82 @@ def worker(rank, path, result_path):
         store.wait(["rank0_done"])
         dist.destroy_process_group()
     torch.cuda.synchronize()
-    write_result(result_path, rank, errors, "destroy, new group and abort as expected")
+
+    # 4. Abort while the GPU waits (NOTE [device abort], csrc/atom/cuda/signal_pad.h): a kernel or copy-engine
+    # stream wait already queued ends within about a millisecond of the abort, not at the group timeout.
+    dist.init_process_group("purlin", init_method=f"file://{path}_device_abort", rank=rank, world_size=WORLD,
+                            timeout=timeout, device_id=dev)
+    device_errors, seen = device_abort_cases(rank, dev)
+    errors += device_errors
+    dist.destroy_process_group()
+    write_result(result_path, rank, errors, "destroy, new group, host and device aborts as expected; " + "; ".join(seen))
+
+
+def device_abort_cases(rank, dev):
+    """Each case makes a group (60 s timeout), queues a collective on rank 0 whose peers never come (kernel
+    cases) or come late (the copy engine: their streams sleep first), aborts the group from a timer thread
+    after 1 s, and checks that the GPU was free within seconds and that the work names the abort."""
+    import torch_purlin
+
+    errors, seen = [], []  # seen: what each case took and raised, for the log
+    protocols = []
+
+    def one(what, settings, call, all_call):
+        g = torch_purlin.group_with_settings(settings, timeout=timedelta(seconds=60), device="cuda")
+        dist.barrier()
+        work = None
+        took = 0.0
+        if rank == 0 or all_call:
+            if rank != 0:
+                torch.cuda._sleep(10_000_000_000)  # ~5 s at ~2 GHz ahead of the collective on this stream
+            timer = threading.Timer(1.0, dist.distributed_c10d._abort_process_group, args=(g,))
+            start = time.monotonic()
+            work = call(g)
+            timer.start()
+            torch.cuda.synchronize()
+            took = time.monotonic() - start
+            timer.join()
+            if rank == 0:
+                protocols.append(torch_purlin.last_launch(g)["protocol"])
+        if work is not None:
+            if took > 20:
+                errors.append(f"{what}: the GPU stayed busy {took:.1f} s after the abort at 1 s (timeout 60 s)")
+            try:  # (Work.exception() cannot return its value to Python in torch 2.11)
+                work.wait()
+                text = ""
+            except RuntimeError as e:
+                text = str(e)
+            seen.append(f"{what}: {protocols[-1] if rank == 0 else ''} GPU free {took:.2f} s after the call "
+                        f"(abort at 1 s): {text[:200]!r}")
+            if f"on rank {rank}: the group was aborted" not in text:
+                errors.append(f"{what}: work.wait() raised {text[:400]!r}, expected it to name the abort")
+            elif rank == 0 and "waiting for rank" not in text:
+                errors.append(f"{what}: the abort's error does not name the rank waited for: {text[:400]!r}")
+        dist.barrier()
+        if work is None:  # after rank 0's kernel, which wrote into this rank's buffers, ended
+            dist.destroy_process_group(g)
+
+    def all_reduce(n):
+        return lambda g: dist.all_reduce(torch.ones(n, device=dev), group=g, async_op=True)
+
+    native = {"TORCH_PURLIN_CUDA_NCCL_FROM": "none"}  # (ranks sharing a GPU run natively anyway)
+    only_plans = dict(native, TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
+    cases = [  # (what, settings, call, whether every rank calls, the protocol it must run)
+        ("all_reduce 4 KB", native, all_reduce(1000), False, lambda p: "lines" in p),
+        ("all_reduce 4 MB", native, all_reduce(1 << 20), False, lambda p: "parity" in p),
+        ("all_reduce 16 MB", only_plans, all_reduce(4 << 20), False,
+         lambda p: "lines" not in p and "parity" not in p and p != "nccl"),
+        ("all_gather 4 MB", dict(only_plans, TORCH_PURLIN_CUDA_CE_BYTES="1"),
+         lambda g: dist.all_gather_into_tensor(torch.empty(WORLD << 20, device=dev), torch.ones(1 << 20, device=dev),
+                                               group=g, async_op=True), True, lambda p: p.startswith("copy-engine")),
+    ]
+    for what, settings, call, all_call, _ in cases:
+        one(what, settings, call, all_call)
+    if rank == 0:
+        for (what, *_, wanted), proto in zip(cases, protocols):
+            if not wanted(proto):
+                errors.append(f"{what}: ran protocol {proto!r}, not the path the case is for")
+    return errors, seen
 
 
 def test_destroy_new_group_and_abort_on_cuda():

@@ -38,7 +38,7 @@ const char* kind_name(int kind) {
   }
 }
 
-// The RuntimeError text of a device timeout.
+// The RuntimeError text of a device timeout, call-tag mismatch or abort.
 std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout) {
   if (e.block == cu::kCopyEngineBlock) return cu::describe_copy_engine_timeout(e, timeout.count());
   std::ostringstream os;
@@ -51,7 +51,9 @@ std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout
        << "unusable: destroy it and create a new one.";
     return os.str();
   }
-  os << "timed out after " << timeout.count() << " ms ";
+  const bool aborted = e.status == cu::kRecordAborted;  // NOTE [device abort]
+  if (aborted) os << "the group was aborted (abort(), e.g. torch's _abort_process_group) while ";
+  else os << "timed out after " << timeout.count() << " ms ";
   if (e.kind == cu::kLocal)
     os << "waiting for block " << e.from_block << " of this rank (block " << e.block << " at a local barrier)";
   else if (e.kind == cu::kLine)  // NOTE [flagged lines]: expected / seen are the line flags
@@ -61,7 +63,7 @@ std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout
     os << "waiting for rank " << e.peer << " (block " << e.block << " waited for the " << kind_name(e.kind)
        << " flag of its block " << e.from_block << " to reach step " << e.expected << ", saw " << e.seen << ")";
   os << "; phase '" << cu::interned_name(e.phase) << "'.";
-  if (e.kind != cu::kLocal)  // most mismatched calls end in the call-tag error, not all (NOTE [call tags])
+  if (e.kind != cu::kLocal && !aborted)  // most mismatched calls end in the call-tag error, not all (NOTE [call tags])
     os << " If rank " << e.peer << " is running, it may have called another collective, or this one with other "
        << "sizes or options that run another protocol.";
   os << " The group is unusable: destroy it and create a new one.";
@@ -128,8 +130,8 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
 }
 
 CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-                     int device, const std::atomic<bool>* aborted)
-    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)), aborted_(aborted) {
+                     int device, AbortSignal* abort)
+    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)), abort_(abort) {
   c10::cuda::CUDAGuard guard(device_);
   // NOTE [setup agreement]: every rank reads its settings, then all state
   // ok-or-why before the first exchange below waits on a peer.
@@ -211,6 +213,9 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   if (!ws_->wide_refusal().empty() && rank_ == 0 && env::get_bool("TORCH_PURLIN_LOG"))  // NOTE [wide lines]
     std::fprintf(stderr, "[purlin] rank 0: narrow flagged lines only (TORCH_PURLIN_CUDA_LINE_FORMAT=auto): %s\n",
                  ws_->wide_refusal().c_str());
+  // NOTE [device abort]: last, so a constructor that throws leaves nothing attached.
+  abort_word_ = &ws_->error_host()->abort_requested;
+  abort_->attach(abort_word_);
   if (debug_)
     std::fprintf(stderr, "[purlin] rank %d: CUDA workspace %lld bytes, up to %d blocks x %d threads (%s)\n", rank_,
                  static_cast<long long>(ws_->workspace_bytes()), ws_->launch_config().max_blocks, ws_->threads(),
@@ -220,6 +225,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
 // Waits (bounded by the group timeout) for this group's last kernel, so the
 // plans and buffers freed next are no longer read; best effort at exit.
 CudaGroup::~CudaGroup() {
+  if (abort_word_) abort_->detach(abort_word_);  // the workspace (and the word) may outlive the group in a CudaWork
   if (!ws_) return;
   c10::cuda::CUDAGuard guard(device_);
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -251,7 +257,7 @@ std::vector<std::string> CudaGroup::pool_agree(const std::string& tag, const std
   if (!pool_broken_.empty()) throw std::runtime_error(pool_broken_);
   if (!pool_atom_)
     pool_atom_ =
-        make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_, timeout_), aborted_);
+        make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_, timeout_), abort_->flag());
   const uint64_t n = ++pool_seq_;
   const atom::WaitSite site{"empty", "symmetric pool: agree on a block's offset with every rank", n};
   try {

@@ -41,9 +41,10 @@ class CudaGroup {
  public:
   // Throws std::runtime_error naming every rank that could not set the group
   // up (NOTE [setup agreement]); the store keys it used are then spent.
-  // `aborted`: the group's abort flag, for the host-side exchanges' waits (NOTE [shutdown and abort]).
+  // `abort`: the group's abort request, for the host-side exchanges' waits and (its word attached
+  // while the group lives) the device waits (NOTE [shutdown and abort], [device abort]).
   CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-            int device, const std::atomic<bool>* aborted);
+            int device, AbortSignal* abort);
   ~CudaGroup();
 
   const std::string& unavailable() const { return unavailable_; }
@@ -143,7 +144,8 @@ class CudaGroup {
   int rank_, world_, device_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
-  const std::atomic<bool>* aborted_;
+  AbortSignal* abort_;
+  volatile uint32_t* abort_word_ = nullptr;  // attached to abort_ at the end of the constructor
   std::string unavailable_;
   std::shared_ptr<cu::SymmetricWorkspace> ws_;
   std::optional<c10::cuda::CUDAStream> internal_;

@@ -15,7 +15,7 @@ namespace purlin::backend {
 atom::CpuAtom& CudaGroup::host_atom() {
   if (!a2a_atom_)
     a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_,
-                               store_rendezvous(store_, timeout_), aborted_);
+                               store_rendezvous(store_, timeout_), abort_->flag());
   return *a2a_atom_;
 }
 

@@ -22,16 +22,18 @@
 //               another thread.
 //   abort()     Never blocks on purlin's side and frees nothing (an op may be
 //               inside the engines on another thread): the group refuses every
-//               later op ("the group was aborted"), the abort flag ends every
-//               host wait of its shared-memory Atoms within about a
-//               millisecond (CPU collectives, the CUDA all_to_all split
-//               exchange and pool agreement: AbortedError names the op, rank,
-//               phase and the rank waited for), and abort() is forwarded to
-//               each fallback backend (NCCL aborts its communicators). A GPU
-//               kernel or copy-engine wait already queued is not interrupted:
-//               it ends at the group timeout, as NOTE [copy-engine watchdog]
-//               and signal.cuh bound it. The engines are released when the
-//               backend is destroyed; a shutdown() after abort() only forwards.
+//               later op ("the group was aborted"), the abort request
+//               (abort_signal.h) ends every host wait of its shared-memory
+//               Atoms within about a millisecond (CPU collectives, the CUDA
+//               all_to_all split exchange and pool agreement: AbortedError
+//               names the op, rank, phase and the rank waited for) and every
+//               device wait already queued, a kernel's or a copy-engine
+//               stream's, within a few milliseconds (NOTE [device abort] in
+//               atom/cuda/signal_pad.h: the work's error names the abort and
+//               the rank waited for; its outputs are undefined), and abort() is
+//               forwarded to each fallback backend (NCCL aborts its
+//               communicators). The engines are released when the backend is
+//               destroyed; a shutdown() after abort() only forwards.
 // Both forward to every fallback even when one throws, then rethrow the first
 // error.
 #include <exception>
@@ -60,7 +62,7 @@ void PurlinBackend::shutdown() {
 }
 
 void PurlinBackend::abort() {
-  aborted_.store(true, std::memory_order_relaxed);  // read by the Atoms' waits, which re-check their flag
+  abort_signal_.raise();  // host waits re-check its flag; device waits read its words (NOTE [device abort])
   closed_.store(kAborted, std::memory_order_relaxed);
   fallback_.abort_all();
 }

@@ -31,7 +31,8 @@ void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
 
 HostEngine& PurlinBackend::host() {
   if (!host_) {
-    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_), &aborted_);
+    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_),
+                                           abort_signal_.flag());
   }
   return *host_;
 }
@@ -63,7 +64,7 @@ std::tuple<std::string, int, int, bool> PurlinBackend::last_launch() const {
 std::map<std::string, std::map<std::string, int64_t>> PurlinBackend::protocol_counts() const { return cuda().protocol_counts(); }
 
 CudaPath& PurlinBackend::cuda() const {
-  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_, &aborted_);
+  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_, &abort_signal_);
   return *cuda_;
 }
 

@@ -17,6 +17,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "backend/abort_signal.h"
 #include "backend/fallback.h"
 #include "backend/request.h"
 
@@ -150,11 +151,12 @@ class PurlinBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
   Fallback fallback_;
-  // NOTE [shutdown and abort]: the group's state, and the flag that ends the host waits of its
-  // shared-memory Atoms (declared before the engines, which hold its address).
+  // NOTE [shutdown and abort]: the group's state, and the abort request that ends the host waits
+  // of its shared-memory Atoms and the device waits of its CUDA group (declared before the
+  // engines, which hold its address).
   static constexpr int kOpen = 0, kShutDown = 1, kAborted = 2;
   std::atomic<int> closed_{kOpen};
-  std::atomic<bool> aborted_{false};
+  mutable AbortSignal abort_signal_;  // mutable: cuda() const creates the CUDA group that attaches to it
   // NOTE [split groups]: splits asked of this group so far (every rank counts alike), the store
   // torch passed with the last one, and the group made then, returned again when torch asks the
   // same backend (serving CPU and CUDA) for the same split a second time.

@@ -32,10 +32,17 @@ const char* ce_flag_name(int kind) {
 
 std::string describe_copy_engine_timeout(const ErrorRecord& e, int64_t timeout_ms) {
   std::ostringstream os;
-  os << "purlin " << interned_name(e.op_name) << " on rank " << e.rank << ": timed out after " << timeout_ms
-     << " ms waiting for rank " << e.peer << " (copy engine: the stream waited for its " << ce_flag_name(e.kind)
-     << " flag to reach step " << e.expected << ")"
-     << "; phase '" << interned_name(e.phase) << "'. The group is unusable: destroy it and create a new one.";
+  os << "purlin " << interned_name(e.op_name) << " on rank " << e.rank << ": ";
+  if (e.status == kRecordAborted)
+    os << "the group was aborted (abort(), e.g. torch's _abort_process_group) " << (e.peer < 0 ? "" : "while ");
+  else
+    os << "timed out after " << timeout_ms << " ms ";
+  if (e.peer < 0)  // e.g. an abort before the stream reached the collective's first wait
+    os << "with the stream in none of the collective's waits (copy engine)";
+  else
+    os << "waiting for rank " << e.peer << " (copy engine: the stream waited for its " << ce_flag_name(e.kind)
+       << " flag to reach step " << e.expected << ")";
+  os << "; phase '" << interned_name(e.phase) << "'. The group is unusable: destroy it and create a new one.";
   return os.str();
 }
 
@@ -139,8 +146,9 @@ void CeWatchdog::run() {
       e.since = std::max(e.since, stop_at_);
     }
     const auto timeout = std::chrono::nanoseconds(e.w.timeout_ns);
-    if (!fired_ && e.started && e.w.timeout_ns > 0 && now - e.since > timeout) {
-      fire(e, p, now);
+    const bool aborted = err_->abort_requested != 0;  // NOTE [device abort]: at once, started or not
+    if (!fired_ && (aborted || (e.started && e.w.timeout_ns > 0 && now - e.since > timeout))) {
+      fire(e, p, now, aborted ? kRecordAborted : kRecordTimedOut);
     } else if (fired_ && now - released_at_ > kRerelease) {
       release();
       released_at_ = now;
@@ -153,7 +161,7 @@ void CeWatchdog::run() {
   }
 }
 
-void CeWatchdog::fire(const Entry& e, uint64_t progress, Clock::time_point now) {
+void CeWatchdog::fire(const Entry& e, uint64_t progress, Clock::time_point now, uint32_t status) {
   fired_ = true;
   fired_at_ = released_at_ = now;
   if (err_->status == 0) {
@@ -173,7 +181,7 @@ void CeWatchdog::fire(const Entry& e, uint64_t progress, Clock::time_point now) 
     err_->base = pending.base;
     err_->waited_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - e.since).count());
     std::atomic_thread_fence(std::memory_order_release);
-    err_->status = 1;  // written last (signal_pad.h)
+    err_->status = status;  // written last (signal_pad.h)
   }
   release();
 }

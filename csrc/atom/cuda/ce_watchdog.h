@@ -23,6 +23,10 @@
 //              reads the record at its next collective and raises. While
 //              collectives are still in flight the release is repeated every
 //              100 ms (a slow, not dead, peer may overwrite a released word).
+//   abort      the group's abort request (NOTE [device abort] in
+//              signal_pad.h), seen at the next poll, fires as a timeout does
+//              (the record's status says aborted) whether or not the stream
+//              reached the collective's first wait.
 //   shutdown   the destructor drains: every collective in flight completes,
 //              or times out counting from the destructor's start; one whose
 //              stream stays stuck even after its release is abandoned (its
@@ -49,7 +53,7 @@ constexpr int32_t kCopyEngineBlock = -1;
 
 const char* ce_flag_name(int kind);  // "Arrive", "Staged", "Consumed", "Leave"
 
-// The RuntimeError text of a copy-engine timeout record (e.block == kCopyEngineBlock).
+// The RuntimeError text of a copy-engine record (e.block == kCopyEngineBlock): a timeout, or an abort.
 std::string describe_copy_engine_timeout(const ErrorRecord& e, int64_t timeout_ms);
 
 // One wait the stream was given, for the error record.
@@ -99,7 +103,7 @@ class CeWatchdog {
   };
 
   void run();
-  void fire(const Entry& e, uint64_t progress, Clock::time_point now);  // with mu_ held
+  void fire(const Entry& e, uint64_t progress, Clock::time_point now, uint32_t status);  // with mu_ held
   void release();  // enqueue the writes of broken and kReleased
 
   int device_, rank_;

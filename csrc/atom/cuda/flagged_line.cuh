@@ -104,6 +104,12 @@ static __device__ __forceinline__ LineWaited line_wait_slow(const void* line, Li
     if ((spins & 63u) == 0u || foreign) {
       if (*reinterpret_cast<volatile uint64_t*>(site.broken) != 0) return LineWaited{0, false};
       const uint64_t now = ptx::globaltimer_ns();
+      if ((spins & kAbortLookSpins) == 0 && abort_requested(site)) {  // NOTE [device abort]
+        WaitSite raw = site;
+        raw.base = 0;
+        record_timeout(raw, origin, 0, kLine, f.f0, r.f0, phase, now - t0, kRecordAborted);
+        return LineWaited{0, false};
+      }
       if (!foreign) foreign_since = 0;
       else if (!foreign_since) foreign_since = now;
       WaitSite raw = site;

@@ -53,7 +53,15 @@ namespace detail {
 //   no calls: the ops, the line waits and their polls and the timeout
 //   records are inlined (a call's ABI kept a stack and spilled the op loop's
 //   counter; inlining them took all_reduce 1K from 3.66 to 3.47 us on the
-//   probe, with ~3x the code).
+//   probe, with ~3x the code). The narrow line kernel says
+//   __launch_bounds__(1024, 1): a launch never has more blocks than SMs, so
+//   one block per SM is all it needs, and without the 1 ptxas may aim at two
+//   resident blocks per SM, i.e. 32 registers, and spill (session 21: the
+//   abort check in the line wait left line_kernel<float, narrow> on sm_100 at
+//   32 registers with a 96 B stack; sm_100's narrow int64 and double kernels
+//   had 72-80 B before it, and have none with the 1). The wide kernel keeps
+//   (1024) (minimum 0): with the 1, ptxas gave its bf16, half and double
+//   forms an 8 B stack on sm_90.
 template <class T>
 constexpr int kUnit = static_cast<int>(kLinePayload / sizeof(T));
 
@@ -181,7 +189,7 @@ __device__ __forceinline__ bool line_op(const KernelParams& p, char* const* line
 }  // namespace detail
 
 template <class T, bool kWide>
-__global__ void __launch_bounds__(1024) line_kernel(const __grid_constant__ KernelParams p) {
+__global__ void __launch_bounds__(1024, kWide ? 0 : 1) line_kernel(const __grid_constant__ KernelParams p) {
   __shared__ uint64_t s_state[4];
   __shared__ char* s_lines[kMaxWorld];
   __shared__ uint64_t* s_pads[kMaxWorld];  // peer q's pad, for end_launch's Done stores

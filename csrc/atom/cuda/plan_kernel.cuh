@@ -286,8 +286,10 @@ static __device__ __noinline__ bool other_call_stamped(const uint64_t* stamp, ui
 
 // wait_all<true> (signal.cuh) for a check-tag Wait: a wait that has lasted
 // kStampLookNs runs other_call(), then again every kStampLookNs; the
-// timeout is checked on the same slow path (at most kStampLookNs late).
-// Returns kWaited (every flag came), kTimedOut (the record is filled) or
+// timeout is checked on the same slow path (at most kStampLookNs late), the
+// abort request as wait_flag does (NOTE [device abort]).
+// Returns kWaited (every flag came), kTimedOut (the record is filled: a
+// timeout or an abort) or
 // kOtherCall (a peer's stamp names another call: nothing recorded, the tag
 // check after the wait does it). One barrier when every flag came.
 enum StampedWait { kTimedOut = 0, kWaited = 1, kOtherCall = 2 };
@@ -303,9 +305,11 @@ __device__ __forceinline__ int wait_all_stamped(const uint64_t* flags, int count
     uint64_t look_at = kStampLookNs;  // ns since t0 of the next look at the stamp
     while (seen < target) {
       const uint64_t waited = ptx::globaltimer_ns() - t0;
-      if (waited > look_at) {
-        if (waited > s.timeout_ns) {
-          record_timeout(s, peer, first + i, kind, target, seen, phase, waited);
+      const bool aborted = abort_look_due(waited) && abort_requested(s);  // NOTE [device abort]
+      if (waited > look_at || aborted) {
+        if (waited > s.timeout_ns || aborted) {
+          record_timeout(s, peer, first + i, kind, target, seen, phase, waited,
+                         aborted ? kRecordAborted : kRecordTimedOut);
           ok = false;
           break;
         }

@@ -5,7 +5,8 @@
 // ptx::st_release_sys, so all of the block's earlier writes are visible to a
 // peer GPU that acquires the value (ptx::ld_acquire_sys); a rank's own blocks
 // meet at GPU scope (the _gpu variants).
-// Every wait is bounded by %globaltimer against the group timeout; on expiry
+// Every wait is bounded by %globaltimer against the group timeout, and by
+// the host's abort request (NOTE [device abort] in signal_pad.h); on either
 // it fills the ErrorRecord (first block only), marks the pad broken, and
 // returns false so the kernel can return early: no __trap, the process and
 // its CUDA context stay usable.
@@ -28,10 +29,30 @@ struct WaitSite {
   uint32_t op_name;
 };
 
+// How often a wait reads the abort request. The line waits count polls: once
+// per kAbortLookSpins + 1 (a mask; a poll is a system-scope load, so about a
+// millisecond). wait_flag and the tagged waits use the clock they read
+// anyway, adding no register to the plan kernel (a spin counter gave
+// plan_kernel<float> a stack): they look while the time waited is in the
+// last kAbortWindowNs of each 2^20 ns (~1 ms), never in a wait's first
+// millisecond, so a wait that ends sooner never pays the PCIe read. A window
+// a slow poll steps over is caught a millisecond later.
+constexpr uint32_t kAbortLookSpins = 1023;
+constexpr uint32_t kAbortPeriodMask = (1u << 20) - 1;
+constexpr uint32_t kAbortWindowNs = 4096;
+__device__ __forceinline__ bool abort_look_due(uint64_t waited) {
+  return (static_cast<uint32_t>(waited) & kAbortPeriodMask) > kAbortPeriodMask - kAbortWindowNs;
+}
+
+// NOTE [device abort]: whether the host asked the group to abort (a volatile
+// load of host-mapped memory).
+static __device__ __forceinline__ bool abort_requested(const WaitSite& s) { return s.err->abort_requested != 0; }
+
 // Inlined (rarely run, but a call's ABI costs the line kernel a stack and
 // spills on its fast path: NOTE [register units] in line_kernel.cuh).
 static __device__ __forceinline__ void record_timeout(const WaitSite& s, int peer, int from_block, int kind, uint64_t target,
-                                            uint64_t seen, uint32_t phase, uint64_t waited) {
+                                            uint64_t seen, uint32_t phase, uint64_t waited,
+                                            uint32_t status = kRecordTimedOut) {
   if (atomicCAS(reinterpret_cast<unsigned long long*>(s.broken), 0ull, 1ull) != 0ull) return;
   ErrorRecord* e = s.err;
   e->rank = s.rank;
@@ -46,13 +67,14 @@ static __device__ __forceinline__ void record_timeout(const WaitSite& s, int pee
   e->base = s.base;
   e->waited_ns = waited;
   __threadfence_system();
-  e->status = 1;
+  e->status = status;
   __threadfence_system();
 }
 
 // One thread's wait until *f >= target, after a first load that saw `seen`
 // (callers issue it together with their other loads). Returns false, with
-// the record filled, when the group timeout expires.
+// the record filled, when the group timeout expires or the host asks to
+// abort.
 template <bool kSys>
 __device__ __forceinline__ bool wait_flag(const uint64_t* f, uint64_t target, uint64_t seen, const WaitSite& s, int peer,
                                           int from_block, int kind, uint32_t phase) {
@@ -60,8 +82,9 @@ __device__ __forceinline__ bool wait_flag(const uint64_t* f, uint64_t target, ui
   const uint64_t t0 = ptx::globaltimer_ns();
   while (seen < target) {
     const uint64_t waited = ptx::globaltimer_ns() - t0;
-    if (waited > s.timeout_ns) {
-      record_timeout(s, peer, from_block, kind, target, seen, phase, waited);
+    const bool aborted = abort_look_due(waited) && abort_requested(s);
+    if (waited > s.timeout_ns || aborted) {
+      record_timeout(s, peer, from_block, kind, target, seen, phase, waited, aborted ? kRecordAborted : kRecordTimedOut);
       return false;
     }
     seen = kSys ? ptx::ld_acquire_sys(f) : ptx::ld_acquire_gpu(f);

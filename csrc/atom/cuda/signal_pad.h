@@ -93,10 +93,22 @@ struct PadLayout {
   PURLIN_HD int64_t pad_bytes() const { return (words() * 8 + 4095) / 4096 * 4096; }
 };
 
-// Filled by the first block that times out (host-mapped memory, so the host
-// reads it without a CUDA call). `status` is written last.
+// ErrorRecord::status.
+enum RecordStatus : uint32_t { kRecordNone = 0, kRecordTimedOut = 1, kRecordAborted = 2 };
+
+// Filled by the first block that times out or sees the abort request
+// (host-mapped memory, so the host reads it without a CUDA call). `status`
+// is written last.
+// NOTE [device abort] `abort_requested` is the one word the host writes: the
+// group's abort() sets it (backend/abort_signal.h) with a plain store, no CUDA
+// call, so it works while the process is stuck in CUDA calls on other
+// threads. Every device wait reads it (a volatile load over PCIe) on its slow
+// path, once per kAbortLookSpins + 1 polls (about a millisecond on an H200),
+// and ends like a timeout but records kRecordAborted; the copy-engine
+// watchdog reads it at its 2 ms poll and releases the streams at once. The
+// fast path of a wait that succeeds never reads it.
 struct ErrorRecord {
-  volatile uint32_t status;  // 0 none, 1 timed out
+  volatile uint32_t status;  // RecordStatus
   int32_t rank;              // this rank
   int32_t peer;              // whose flag never came (== rank for kLocal)
   int32_t block;             // the waiting block
@@ -108,6 +120,7 @@ struct ErrorRecord {
   uint64_t seen;             // relative to the collective's base epoch (0 if below it)
   uint64_t base;             // the collective's base epoch
   uint64_t waited_ns;
+  volatile uint32_t abort_requested;  // NOTE [device abort]: written by the host only
 };
 
 }  // namespace purlin::atom::cuda

@@ -89,7 +89,9 @@ static __device__ __forceinline__ WideWaited wide_wait_slow(const void* part, bo
     else if (!foreign_since) foreign_since = now;
     const bool mismatch = foreign_lanes && now - foreign_since > kLineMismatchNs;
     const bool late = now - t0 > site.timeout_ns;
-    const int verdict = __shfl_sync(kAll, broken ? 1 : mismatch ? 2 : late ? 3 : 0, 0);
+    // NOTE [device abort]: lane 0 reads the request (its verdict is the warp's), at every 16th check
+    const bool aborted = (threadIdx.x & 31) == 0 && ((spins >> 6) & (kAbortLookSpins >> 6)) == 0 && abort_requested(site);
+    const int verdict = __shfl_sync(kAll, broken ? 1 : mismatch ? 2 : late ? 3 : aborted ? 4 : 0, 0);
     if (verdict == 0) continue;
     const unsigned waiting = __ballot_sync(kAll, !ready);
     const int who = waiting ? __ffs(static_cast<int>(waiting)) - 1 : 0;
@@ -98,7 +100,9 @@ static __device__ __forceinline__ WideWaited wide_wait_slow(const void* part, bo
       WaitSite raw = site;
       raw.base = 0;
       if (verdict == 2) record_timeout(raw, origin, 0, kCallTag, flag >> 32, seen >> 32, phase, 0);
-      else record_timeout(raw, origin, 0, kLine, static_cast<uint32_t>(flag), static_cast<uint32_t>(seen), phase, now - t0);
+      else
+        record_timeout(raw, origin, 0, kLine, static_cast<uint32_t>(flag), static_cast<uint32_t>(seen), phase, now - t0,
+                       verdict == 4 ? kRecordAborted : kRecordTimedOut);
     }
     return WideWaited{w, false};
   }
