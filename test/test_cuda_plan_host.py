@@ -124,3 +124,11 @@ def test_host_executor_peer_refs(tmp_path):
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip().endswith("0 failed") and "FAIL" not in r.stdout, r.stdout + r.stderr
     assert r.stdout.count("ok   all_gather in place reading peer inputs") == 3, r.stdout
+
+
+def test_abort_signal_and_look_rule(tmp_path):
+    """NOTE [device abort]: the abort request raises every attached host word (also one attached after the
+    raise, never one detached before it, with raise() racing attach/detach), and wait_flag's clock rule looks
+    at the word never in a wait's first period and at least once in every later one."""
+    out = run_host_unit(tmp_path, "test_abort_signal", [], libs=["-pthread"])
+    assert out.strip().endswith("0 failed") and "FAIL" not in out, out

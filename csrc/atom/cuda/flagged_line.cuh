@@ -104,12 +104,6 @@ static __device__ __forceinline__ LineWaited line_wait_slow(const void* line, Li
     if ((spins & 63u) == 0u || foreign) {
       if (*reinterpret_cast<volatile uint64_t*>(site.broken) != 0) return LineWaited{0, false};
       const uint64_t now = ptx::globaltimer_ns();
-      if ((spins & kAbortLookSpins) == 0 && abort_requested(site)) {  // NOTE [device abort]
-        WaitSite raw = site;
-        raw.base = 0;
-        record_timeout(raw, origin, 0, kLine, f.f0, r.f0, phase, now - t0, kRecordAborted);
-        return LineWaited{0, false};
-      }
       if (!foreign) foreign_since = 0;
       else if (!foreign_since) foreign_since = now;
       WaitSite raw = site;
@@ -118,8 +112,9 @@ static __device__ __forceinline__ LineWaited line_wait_slow(const void* line, Li
         record_timeout(raw, origin, 0, kCallTag, f.f1, r.f1, phase, 0);
         return LineWaited{0, false};
       }
-      if (now - t0 > site.timeout_ns) {
-        record_timeout(raw, origin, 0, kLine, f.f0, r.f0, phase, now - t0);
+      const bool aborted = (spins & kAbortLookSpins) == 0 && abort_requested(site);  // NOTE [device abort]
+      if (now - t0 > site.timeout_ns || aborted) {
+        record_timeout(raw, origin, 0, kLine, f.f0, r.f0, phase, now - t0, aborted ? kRecordAborted : kRecordTimedOut);
         return LineWaited{0, false};
       }
     }

@@ -56,12 +56,21 @@ namespace detail {
 //   probe, with ~3x the code). The narrow line kernel says
 //   __launch_bounds__(1024, 1): a launch never has more blocks than SMs, so
 //   one block per SM is all it needs, and without the 1 ptxas may aim at two
-//   resident blocks per SM, i.e. 32 registers, and spill (session 21: the
-//   abort check in the line wait left line_kernel<float, narrow> on sm_100 at
-//   32 registers with a 96 B stack; sm_100's narrow int64 and double kernels
-//   had 72-80 B before it, and have none with the 1). The wide kernel keeps
-//   (1024) (minimum 0): with the 1, ptxas gave its bf16, half and double
-//   forms an 8 B stack on sm_90.
+//   resident blocks per SM, i.e. 32 registers, and spill (session 21: with
+//   the abort check in the line wait, line_kernel<int64, narrow> on sm_90 and
+//   the float and int32 ones on sm_100 got 32 registers and 96-120 B stacks;
+//   sm_100's narrow int64 and double kernels had 72-80 B stacks before it; with
+//   the 1, none has one). The wide kernel keeps (1024) (minimum 0): with the 1,
+//   ptxas gave its bf16, half and double forms an 8 B stack on sm_90.
+//   Code size counts too: every line wait is inlined, so whatever its slow
+//   path adds is copied many times. The abort check shares the timeout's
+//   record (one inlined record_timeout per wait): a record of its own made
+//   line_kernel<bf16, narrow> 21% larger on sm_90 (168 -> 204 KB), the shared
+//   one 2%. Measured on one shared H200 (graph mode, bf16, narrow lines, same
+//   machine before/after): all_reduce 4K-64K took 0.2-0.4 us longer with
+//   either form (64K: 4.4-4.5 -> 4.7-4.9 us), all_gather no longer; whether
+//   the check's code or the launch bound costs it is not isolated
+//   (docs/STATUS.md, session 21).
 template <class T>
 constexpr int kUnit = static_cast<int>(kLinePayload / sizeof(T));
 

@@ -29,21 +29,6 @@ struct WaitSite {
   uint32_t op_name;
 };
 
-// How often a wait reads the abort request. The line waits count polls: once
-// per kAbortLookSpins + 1 (a mask; a poll is a system-scope load, so about a
-// millisecond). wait_flag and the tagged waits use the clock they read
-// anyway, adding no register to the plan kernel (a spin counter gave
-// plan_kernel<float> a stack): they look while the time waited is in the
-// last kAbortWindowNs of each 2^20 ns (~1 ms), never in a wait's first
-// millisecond, so a wait that ends sooner never pays the PCIe read. A window
-// a slow poll steps over is caught a millisecond later.
-constexpr uint32_t kAbortLookSpins = 1023;
-constexpr uint32_t kAbortPeriodMask = (1u << 20) - 1;
-constexpr uint32_t kAbortWindowNs = 4096;
-__device__ __forceinline__ bool abort_look_due(uint64_t waited) {
-  return (static_cast<uint32_t>(waited) & kAbortPeriodMask) > kAbortPeriodMask - kAbortWindowNs;
-}
-
 // NOTE [device abort]: whether the host asked the group to abort (a volatile
 // load of host-mapped memory).
 static __device__ __forceinline__ bool abort_requested(const WaitSite& s) { return s.err->abort_requested != 0; }

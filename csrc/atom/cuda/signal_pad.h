@@ -96,6 +96,22 @@ struct PadLayout {
 // ErrorRecord::status.
 enum RecordStatus : uint32_t { kRecordNone = 0, kRecordTimedOut = 1, kRecordAborted = 2 };
 
+// How often a wait reads the abort request (NOTE [device abort]). The line
+// waits count polls: once per kAbortLookSpins + 1 (a mask; a poll is a
+// system-scope load, so about a millisecond). wait_flag and the tagged waits
+// use the clock they read anyway, adding no register to the plan kernel (a
+// spin counter gave plan_kernel<float> a stack): they look while the time
+// waited is in the last kAbortWindowNs of each 2^20 ns (~1 ms), never in a
+// wait's first millisecond, so a wait that ends sooner never pays the PCIe
+// read. A window that a slow poll steps over is caught a period later
+// (test/cpp/test_abort_signal.cc).
+constexpr uint32_t kAbortLookSpins = 1023;
+constexpr uint32_t kAbortPeriodMask = (1u << 20) - 1;
+constexpr uint32_t kAbortWindowNs = 4096;
+PURLIN_HD bool abort_look_due(uint64_t waited) {
+  return (static_cast<uint32_t>(waited) & kAbortPeriodMask) > kAbortPeriodMask - kAbortWindowNs;
+}
+
 // Filled by the first block that times out or sees the abort request
 // (host-mapped memory, so the host reads it without a CUDA call). `status`
 // is written last.
@@ -103,7 +119,7 @@ enum RecordStatus : uint32_t { kRecordNone = 0, kRecordTimedOut = 1, kRecordAbor
 // group's abort() sets it (backend/abort_signal.h) with a plain store, no CUDA
 // call, so it works while the process is stuck in CUDA calls on other
 // threads. Every device wait reads it (a volatile load over PCIe) on its slow
-// path, once per kAbortLookSpins + 1 polls (about a millisecond on an H200),
+// path (abort_look_due, kAbortLookSpins: about once a millisecond),
 // and ends like a timeout but records kRecordAborted; the copy-engine
 // watchdog reads it at its 2 ms poll and releases the streams at once. The
 // fast path of a wait that succeeds never reads it.
