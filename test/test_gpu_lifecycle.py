@@ -155,6 +155,8 @@ def device_abort_cases(rank, dev):
     only_plans = dict(native, TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0")
     cases = [  # (what, settings, call, whether every rank calls, the protocol it must run)
         ("all_reduce 4 KB", native, all_reduce(1000), False, lambda p: "lines" in p),
+        ("all_reduce 4 KB, wide lines", dict(native, TORCH_PURLIN_CUDA_LINE_FORMAT="wide"), all_reduce(1000), False,
+         lambda p: "wide-lines" in p),  # (auto picks narrow lines where ranks share a GPU; wide forces them)
         ("all_reduce 4 MB", native, all_reduce(1 << 20), False, lambda p: "parity" in p),
         ("all_reduce 16 MB", only_plans, all_reduce(4 << 20), False,
          lambda p: "lines" not in p and "parity" not in p and p != "nccl"),
