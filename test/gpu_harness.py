@@ -77,6 +77,20 @@ def init_worker(rank, world, init_file, timeout):
     return dev
 
 
+def init_purlin_worker(rank, world, init_file, timeout):
+    """The one-case GPU files' start (compile, device mesh, lifecycle): binds the rank to its GPU, creates a
+    purlin default group bound to that device (`device_id=`, as torchtitan starts) through `init_file`;
+    returns the rank's device."""
+    import torch_purlin  # noqa: F401  registers "purlin"
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # as init_worker: the ranks share the cores
+    dev = torch.device("cuda", device_of(rank))
+    torch.cuda.set_device(dev)
+    dist.init_process_group("purlin", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=timeout, device_id=dev)
+    return dev
+
+
 def all_gather_input(out, mine, rank, in_place):
     """This rank's all_gather input: `mine` copied into its own slot of `out` (c10d's in-place form), or `mine`
     moved to out's device."""

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import device_of, gpus_missing, native_cuda_errors, run_ranks_expect_ok, write_result
+from gpu_harness import gpus_missing, init_purlin_worker, native_cuda_errors, run_ranks_expect_ok, write_result
 from mp_util import int_floats
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
@@ -51,12 +51,7 @@ def run_compiled(rank, world, dev, errors, modes=("default", "reduce-overhead"),
 
 
 def worker(rank, path, result_path):
-    import torch_purlin  # noqa: F401  registers "purlin"
-
-    dev = torch.device("cuda", device_of(rank))
-    torch.cuda.set_device(dev)
-    dist.init_process_group("purlin", init_method=f"file://{path}", rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=120), device_id=dev)
+    dev = init_purlin_worker(rank, WORLD, path, timedelta(seconds=120))
     errors = []
     run_compiled(rank, WORLD, dev, errors)
     torch.cuda.synchronize()

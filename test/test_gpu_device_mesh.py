@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import device_of, gpus_missing, native_cuda_errors, run_ranks_expect_ok, write_result
+from gpu_harness import gpus_missing, init_purlin_worker, native_cuda_errors, run_ranks_expect_ok, write_result
 from mp_util import int_floats, mesh_redistribution_cases, tensor_parallel_step
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
@@ -25,15 +25,10 @@ pytestmark = pytest.mark.skipif(bool(gpus_missing(WORLD)), reason=gpus_missing(W
 
 
 def worker(rank, path, result_path):
-    import torch_purlin  # noqa: F401  registers "purlin"
     from torch.distributed.device_mesh import init_device_mesh
 
     faulthandler.dump_traceback_later(90, exit=False)  # a hung rank's Python stack, into the suite's log
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORLD))
-    dev = torch.device("cuda", device_of(rank))
-    torch.cuda.set_device(dev)
-    dist.init_process_group("purlin", init_method=f"file://{path}", rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=60), device_id=dev)
+    dev = init_purlin_worker(rank, WORLD, path, timedelta(seconds=60))
     errors = []
 
     def step(what):  # where a hang happened, in the suite's log (pytest -s)

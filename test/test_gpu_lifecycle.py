@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_harness import device_of, gpus_missing, run_ranks_expect_ok, write_result
+from gpu_harness import gpus_missing, init_purlin_worker, run_ranks_expect_ok, write_result
 from mp_util import int_floats
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
@@ -26,11 +26,8 @@ NCCL_UNSHUT = "destroy_process_group() was not called"  # ProcessGroupNCCL's des
 def worker(rank, path, result_path):
     import torch_purlin
 
-    dev = torch.device("cuda", device_of(rank))
-    torch.cuda.set_device(dev)
     timeout = timedelta(seconds=120)
-    dist.init_process_group("purlin", init_method=f"file://{path}", rank=rank, world_size=WORLD, timeout=timeout,
-                            device_id=dev)
+    dev = init_purlin_worker(rank, WORLD, path, timeout)
     errors = []
 
     def check(what, got, want):
