@@ -62,9 +62,8 @@ def default_backend(world):
     return "cpu:gloo" if shares_gpu(world) else "cpu:gloo,cuda:nccl"
 
 
-def init_worker(rank, world, init_file, timeout):
-    """A worker's start: binds the rank to its GPU (device_of), creates the default group
-    (default_backend) through `init_file`; returns the rank's device."""
+def bind_rank(rank, world):
+    """A worker's first step: the rank's share of the host's cores and its GPU (device_of); returns the device."""
     # The ranks share the host's cores: torch's intra-op threads (ops above 32K elements, e.g. the
     # CPU references) would oversubscribe them, and an OpenMP region stalls while its threads wait
     # for cores that spinning peer ranks hold: at world 8 on 16 cores, cases of >= 65537 elements
@@ -72,20 +71,24 @@ def init_worker(rank, world, init_file, timeout):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dev = torch.device("cuda", device_of(rank))
     torch.cuda.set_device(dev)
+    return dev
+
+
+def init_worker(rank, world, init_file, timeout):
+    """A worker's start: bind_rank, then the default group (default_backend) through `init_file`;
+    returns the rank's device."""
+    dev = bind_rank(rank, world)
     dist.init_process_group(default_backend(world), init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=timeout)
     return dev
 
 
 def init_purlin_worker(rank, world, init_file, timeout):
-    """The one-case GPU files' start (compile, device mesh, lifecycle): binds the rank to its GPU, creates a
-    purlin default group bound to that device (`device_id=`, as torchtitan starts) through `init_file`;
-    returns the rank's device."""
+    """The one-case GPU files' start (compile, device mesh, lifecycle): bind_rank, then a purlin default
+    group bound to that device (`device_id=`, as torchtitan starts) through `init_file`; returns the device."""
     import torch_purlin  # noqa: F401  registers "purlin"
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # as init_worker: the ranks share the cores
-    dev = torch.device("cuda", device_of(rank))
-    torch.cuda.set_device(dev)
+    dev = bind_rank(rank, world)
     dist.init_process_group("purlin", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=timeout, device_id=dev)
     return dev

@@ -26,8 +26,9 @@ build() {  # $1: A or B
 }
 build A
 git apply "$PATCH" || { echo "PATCH FAILED: $PATCH"; exit 1; }
+trap 'git apply --reverse "$PATCH"' EXIT  # reverted also when B's build fails
 build B
-git apply --reverse "$PATCH"
+git apply --reverse "$PATCH" && trap - EXIT
 {
   echo "# A/B of $(basename "$PATCH") ($(date -u +%F' '%T) UTC, $(nvidia-smi -L | head -1 | cut -d'(' -f1), $ROUNDS rounds)"
   echo
