@@ -1,10 +1,12 @@
 # setup.py — builds torch_purlin._C against the installed torch.
 #
 # `pip install --no-build-isolation -e .` (torch must already be installed:
-# the extension links against that torch). Sources: csrc/{common,snac,atom/cpu,
-# backend}; the CUDA datapath (csrc/atom/cuda/*.cu, csrc/backend/cuda_*.cc,
-# built with -DPURLIN_WITH_CUDA) is added when torch has CUDA and nvcc is
-# found. PURLIN_CUDA_ARCHS="90" builds one architecture (quick device builds).
+# the extension links against that torch). Sources are picked by folder, one
+# folder per concern (docs/DESIGN.md, "Layout"): always csrc/common, snac,
+# atom, atom/cpu and backend/{c10d,host,fallback}; the CUDA datapath
+# (atom/cuda/{host,protocol}/*.cc, atom/cuda/device/*.cu, backend/cuda/*.cc,
+# built with -DPURLIN_WITH_CUDA) when torch has CUDA and nvcc is found.
+# PURLIN_CUDA_ARCHS="90" builds one architecture (quick device builds).
 import glob
 import os
 
@@ -40,20 +42,21 @@ def cuda_arch_flags():
 # No -std here: torch adds the standard its headers need (C++17 up to 2.13,
 # C++20 from 2.14); the torch-free sources compile as either.
 cxx_flags = ["-O3", "-fvisibility=hidden"]
-srcs = sources("common/*.cc", "snac/*.cc", "atom/*.cc", "atom/cpu/*.cc", "backend/*.cc")
-cuda_glue = sources("backend/cuda_*.cc")  # torch-aware CUDA glue, only in CUDA builds
-srcs = [s for s in srcs if s not in cuda_glue]
+srcs = sources("common/*.cc", "snac/*.cc", "atom/*.cc", "atom/cpu/*.cc", "backend/c10d/*.cc", "backend/host/*.cc",
+               "backend/fallback/*.cc")
+# The CUDA datapath: the Atom's host code and protocol table, its kernels, and the backend's CUDA glue.
+cuda_srcs = sources("atom/cuda/host/*.cc", "atom/cuda/protocol/*.cc", "atom/cuda/device/*.cu", "backend/cuda/*.cc")
 
 if with_cuda():
     ext = CUDAExtension(
         name="torch_purlin._C",
-        sources=srcs + cuda_glue + sources("atom/cuda/*.cu"),
+        sources=srcs + cuda_srcs,
         include_dirs=[os.path.join(ROOT, "csrc")],
         extra_compile_args={
             "cxx": cxx_flags + ["-DPURLIN_WITH_CUDA"],
             "nvcc": ["-O3", "--threads=4", "-DPURLIN_WITH_CUDA"] + cuda_arch_flags(),
         },
-        libraries=["rt", "dl"],  # dl: NVML is opened at run time (atom/cuda/nvlink_probe.h)
+        libraries=["rt", "dl"],  # dl: NVML is opened at run time (atom/cuda/host/nvlink_probe.h)
     )
 else:
     ext = CppExtension(

@@ -1,7 +1,7 @@
 """check_kernel_stack.py — fails when a plan or line kernel compiled for sm_90
 keeps a stack frame (ptxas -v output on stdin; .ci/compile_cuda.sh feeds it).
 
-NOTE [register units] (csrc/atom/cuda/line_kernel.cuh): a small collective is
+NOTE [register units] (csrc/atom/cuda/device/line_kernel.cuh): a small collective is
 a chain of memory round trips, and a kernel with a stack adds local-memory
 ones (session 10: 5.1 -> 3.5 us per 1K all_reduce on 2x H200 once the line
 kernel had none). Allowed, listed in ALLOWED: the 1-byte element types

@@ -13,7 +13,7 @@ The worker is called as worker(rank, world, init_file, log_path). Workers
 share assert_equal (exact comparison naming the first differing element) and
 purlin_group (a group whose CUDA engine is created under given env settings).
 
-Ranks sharing a GPU (NOTE [shared GPU] in csrc/atom/cuda/symmetric_workspace.h):
+Ranks sharing a GPU (NOTE [shared GPU] in csrc/atom/cuda/host/symmetric_workspace.h):
 with fewer GPUs than ranks, a suite runs only under TORCH_PURLIN_CUDA_SHARE_GPU=1
 (start CUDA MPS first: tools/device_session.sh does for NPROC > GPUs); rank r
 then uses GPU r % count, and NCCL, which refuses such groups, is no reference:

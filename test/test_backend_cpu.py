@@ -230,7 +230,7 @@ class SplitGroupTest(DistTestCase):
 
 
 class GroupEndTest(DistTestCase):
-    """NOTE [shutdown and abort] (csrc/backend/group_lifecycle.cc)."""
+    """NOTE [shutdown and abort] (csrc/backend/c10d/group_lifecycle.cc)."""
     WORLD_SIZE = 3
 
     @spawned

@@ -1,6 +1,6 @@
 """The CUDA datapath's plan protocol, emulated on the CPU (no GPU, no torch extension).
 
-Builds test/cpp/test_cuda_plan_emulation.cc with g++ (device_plan.cu holds
+Builds test/cpp/test_cuda_plan_emulation.cc with g++ (device_plan.cc holds
 host code only, compiled as C++) and runs it: W ranks x G blocks as threads
 interpret lowered SNAC plans exactly as plan_kernel.cuh does, across
 hundreds of back-to-back collectives, and every output is checked.
@@ -17,7 +17,7 @@ SOURCES = ["csrc/snac/planner.cc", "csrc/snac/matched_waits.cc", "csrc/snac/spec
 
 
 def run_host_unit(tmp_path, test, cu_sources, libs=()):
-    """Builds test/cpp/<test>.cc with csrc/atom/cuda/<cu_sources> (host code only, compiled as C++) and runs
+    """Builds test/cpp/<test>.cc with csrc/atom/cuda/<cu_sources> (host code, paths under csrc/atom/cuda) and runs
     it; returns its stdout after checking that it built and exited 0."""
     if not shutil.which("g++"):
         pytest.skip("g++ is required")
@@ -38,7 +38,7 @@ def emulator(tmp_path_factory):
         pytest.skip("g++ is required")
     exe = tmp_path_factory.mktemp("cuda_plan") / "test_cuda_plan_emulation"
     cmd = ["g++", "-O2", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"),
-           "-x", "c++", str(ROOT / "csrc/atom/cuda/device_plan.cu"), "-x", "none",
+           "-x", "c++", str(ROOT / "csrc/atom/cuda/host/device_plan.cc"), "-x", "none",
            *[str(ROOT / s) for s in SOURCES], "-pthread", "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
@@ -84,28 +84,28 @@ def test_plan_protocol_mutations_fail(emulator, mutation):
 
 def test_launch_config_tables(tmp_path):
     """Block counts by size and the line launch shapes (launch_config*.cu): tables, caps and the fixed override."""
-    out = run_host_unit(tmp_path, "test_launch_config", ["launch_config.cu", "launch_config_sm90.cu"])
+    out = run_host_unit(tmp_path, "test_launch_config", ["protocol/launch_config.cc", "protocol/launch_config_sm90.cc"])
     assert "0 failed" in out, out
 
 
 def test_nvlink_probe_refuses_unknown_gpus(tmp_path):
     """NOTE [wide lines]: auto takes wide lines only where NVML confirms NVLink; GPUs it cannot find
     (or a machine without NVML, like CI) get a refusal with a reason."""
-    out = run_host_unit(tmp_path, "test_nvlink_probe", ["nvlink_probe.cu"], libs=["-ldl"])
+    out = run_host_unit(tmp_path, "test_nvlink_probe", ["host/nvlink_probe.cc"], libs=["-ldl"])
     assert "0 failed" in out and "refused: " in out, out
 
 
 def test_pool_blocks(tmp_path):
     """The symmetric pool's bookkeeping (pool_blocks.h): first fit, and freed blocks back in stream order
     (NOTE [pool streams]): at once for their own stream, for others when their event is done."""
-    out = run_host_unit(tmp_path, "test_pool_blocks", ["pool_blocks.cu"])
+    out = run_host_unit(tmp_path, "test_pool_blocks", ["host/pool_blocks.cc"])
     assert out.strip().endswith("0 failed"), out
 
 
 def test_workspace_probe_rules(tmp_path):
     """The setup probes of a CUDA group (workspace_probe.h): encoding, one host, one GPU per rank unless every
     rank sets TORCH_PURLIN_CUDA_SHARE_GPU=1 (NOTE [shared GPU]), and the SM budget of ranks sharing a GPU."""
-    out = run_host_unit(tmp_path, "test_workspace_probe", ["workspace_probe.cu"])
+    out = run_host_unit(tmp_path, "test_workspace_probe", ["host/workspace_probe.cc"])
     assert out.strip().endswith("0 failed"), out
 
 

@@ -420,7 +420,7 @@ def _worker(rank, world, init_file, log_path):
         R.check(f"all_reduce + all_gather n={n}", async_case, n)
 
     def coalesced_block(n):
-        # NOTE [coalescing] (csrc/backend/coalesced_work.h): torch hands back only endCoalescing()'s Work
+        # NOTE [coalescing] (csrc/backend/c10d/coalesced_work.h): torch hands back only endCoalescing()'s Work
         # for an async block (the fast path's all_reduce_coalesced Work is dropped), so that Work must
         # order the caller's stream after the block's collectives on purlin's stream.
         xs, ys = inputs(n, torch.float32, "sum"), inputs(n + 5, torch.float32, "sum")
@@ -666,7 +666,7 @@ def _worker(rank, world, init_file, log_path):
         R.check("bool/complex reductions and a forced op use NCCL", fallback_case)
         R.check("batch_isend_irecv ring through NCCL", batch_p2p_case)
 
-    # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h) -----------------
+    # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/host/protocol_table.h) -----------------
     R.family = "protocol_table"
     # all_reduce's row for this world replaces its plain one; a row for another world never applies.
     tb = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_NCCL_FROM=f"all_reduce=1G,all_reduce@{W}=64K,all_gather=64K,"

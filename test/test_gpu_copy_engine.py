@@ -1,4 +1,4 @@
-"""GPU tests of the copy-engine Atom (csrc/atom/cuda/ce_atom.h): pure-copy
+"""GPU tests of the copy-engine Atom (csrc/atom/cuda/host/ce_atom.h): pure-copy
 collectives enqueued as cudaMemcpyAsync + stream memory operations, no kernel.
 
 Needs 2 GPUs (PURLIN_GPU_WORLD; fewer shared under TORCH_PURLIN_CUDA_SHARE_GPU=1 and MPS,

@@ -3,7 +3,7 @@
 against CPU references computed on every rank. Skips cleanly without the GPUs.
 
 With a device-bound default group torch makes DeviceMesh's subgroups with
-dist.split_group (NOTE [split groups], csrc/backend/split_group.cc), and new_group()
+dist.split_group (NOTE [split groups], csrc/backend/c10d/split_group.cc), and new_group()
 asks non-members for a "no color" split. Inputs are random integers held in float32, so
 every sum is exact and every result is compared bit for bit.
 """

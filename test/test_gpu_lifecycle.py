@@ -1,4 +1,4 @@
-"""The end of a purlin group on CUDA (NOTE [shutdown and abort], csrc/backend/group_lifecycle.cc):
+"""The end of a purlin group on CUDA (NOTE [shutdown and abort], csrc/backend/c10d/group_lifecycle.cc):
 dist.destroy_process_group shuts the group down (later ops refuse, a pool tensor outlives it, a new
 group in the same processes works), torch's _abort_process_group ends a host wait of the CUDA path
 at once, and a kernel's or copy-engine stream's wait within a millisecond (NOTE [device abort]), and the NCCL

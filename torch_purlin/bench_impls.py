@@ -15,7 +15,7 @@
 An impl that cannot start here (no GPU, missing API, NotImplementedError) is
 dropped by bench.py with one line on stderr; errors at one size are n/a cells.
 With fewer GPUs than local ranks (ranks sharing GPUs: NOTE [shared GPU] in
-csrc/atom/cuda/symmetric_workspace.h; run under CUDA MPS with
+csrc/atom/cuda/host/symmetric_workspace.h; run under CUDA MPS with
 TORCH_PURLIN_CUDA_SHARE_GPU=1) NCCL and torch symmetric memory are dropped:
 they need a GPU per rank.
 

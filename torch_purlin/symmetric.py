@@ -18,7 +18,7 @@ torch's own spelling works too: `group._get_backend(device).allocateTensor(n)`
 (Backend.supportsTensorAlloc is true on CUDA builds). A freed tensor's block comes back as the
 CUDA caching allocator's do: at once for the stream that was current when it was allocated, for
 other streams once the work queued there by the time it was freed has completed (NOTE [pool
-streams] in csrc/atom/cuda/symmetric_pool.h); using it on another stream needs the same care as
+streams] in csrc/atom/cuda/host/symmetric_pool.h); using it on another stream needs the same care as
 a caching-allocator tensor (order that use before the free).
 """
 import torch

@@ -50,7 +50,7 @@
 #include <cstring>
 #include <vector>
 
-#include "atom/cuda/ptx.cuh"
+#include "atom/cuda/device/ptx.cuh"
 #include "probe_util.cuh"
 
 namespace ptx = purlin::atom::cuda::ptx;

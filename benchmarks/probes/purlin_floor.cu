@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "atom/cuda/device_plan.h"
-#include "atom/cuda/plan_kernel.h"
-#include "atom/cuda/symmetric_workspace.h"
+#include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/device/plan_kernel.h"
+#include "atom/cuda/host/symmetric_workspace.h"
 #include "snac/collectives.h"
 #include "snac/plan.h"
 #include "snac/spec.h"

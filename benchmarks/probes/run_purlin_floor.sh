@@ -37,20 +37,20 @@ ABL="${ABLATIONS-nowait nodone nowait_nodone spin}"  # ABLATIONS="" runs the sou
 python3 - "$W" "$ABL" <<'EOF'
 import pathlib, shutil, sys
 w = pathlib.Path(sys.argv[1])
-NOWAIT = ("atom/cuda/line_kernel.cuh",
+NOWAIT = ("atom/cuda/device/line_kernel.cuh",
           "      if (seen < pbase && *reinterpret_cast<const volatile uint64_t*>(broken) == 0)",
           "      if (false)")
-NODONE = ("atom/cuda/plan_kernel.cuh",
+NODONE = ("atom/cuda/device/plan_kernel.cuh",
           "        if (line_run) ptx::st_relaxed_sys(done, next);",
           "        if (line_run) {}")
-SPIN = ("atom/cuda/flagged_line.cuh",
+SPIN = ("atom/cuda/device/flagged_line.cuh",
         "  const uint64_t t0 = ptx::globaltimer_ns();\n  uint64_t foreign_since = 0;",
         "  for (;;) {\n    r = line_load(line);\n    if (r.f0 == f.f0 && r.f1 == f.f1) return LineWaited{r.payload, true};\n"
         "  }\n  const uint64_t t0 = ptx::globaltimer_ns();\n  uint64_t foreign_since = 0;")
 # stamps: block 0's thread 0 records clock64() at the line kernel's phase boundaries into
 # output + 2 MiB (purlin_floor prints them): entry, after griddep_wait, after the launch state and
 # reuse wait, after each op, after end_launch. Times are those of the graph's last launch.
-K = "atom/cuda/line_kernel.cuh"
+K = "atom/cuda/device/line_kernel.cuh"
 STAMPS = [(K, "  ptx::griddep_wait();  // NOTE [overlapped launch]",
            "  long long* stamps = reinterpret_cast<long long*>(p.output + (2 << 20));\n"
            "  const bool stamper = blockIdx.x == 0 && threadIdx.x == 0;\n"
@@ -153,7 +153,7 @@ GPU_REUSE = (K, "      const uint64_t seen = ptx::ld_acquire_sys(done);",
              "      const uint64_t seen = ptx::ld_acquire_gpu(done);")
 WEAK_REUSE = (K, "      const uint64_t seen = ptx::ld_acquire_sys(done);",
               "      const uint64_t seen = *done;")
-GPU_LINES = ("atom/cuda/flagged_line.cuh",
+GPU_LINES = ("atom/cuda/device/flagged_line.cuh",
              '  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"',
              '  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"')
 edits = {"gpu_reuse": [GPU_REUSE], "weak_reuse": [WEAK_REUSE], "gpu_lines": [GPU_LINES],
@@ -176,8 +176,8 @@ export NVCC
   while read -r f; do echo "$f csrc $W/base/$(basename "$f").o"; done <"$W/cu.list"
   while read -r f; do echo "$f csrc $W/base/$(basename "$f").o"; done <"$W/cc.list"
   echo "benchmarks/probes/purlin_floor.cu csrc $W/base/purlin_floor.o"
-  echo "csrc/atom/cuda/plan_kernel_float.cu csrc $W/base/plan_kernel_float.o"
-  for a in $ABL; do mkdir -p "$W/$a/obj"; echo "$W/$a/csrc/atom/cuda/plan_kernel_float.cu $W/$a/csrc $W/$a/obj/plan_kernel_float.o"; done
+  echo "csrc/atom/cuda/device/plan_kernel_float.cu csrc $W/base/plan_kernel_float.o"
+  for a in $ABL; do mkdir -p "$W/$a/obj"; echo "$W/$a/csrc/atom/cuda/device/plan_kernel_float.cu $W/$a/csrc $W/$a/obj/plan_kernel_float.o"; done
 } | FLAGS_STR="${FLAGS[*]}" xargs -P "$(nproc)" -L 1 sh -c '"$NVCC" $FLAGS_STR -I"$1" -x cu -c "$0" -o "$2" || echo "BUILD FAILED: $0"' 
 shared=()
 for f in $COMMON; do shared+=("$W/base/$f.cu.o"); done

@@ -50,7 +50,7 @@ class TimeoutError : public std::runtime_error {
 };
 
 // A wait ended by the group's abort() (NOTE [shutdown and abort] in
-// backend/group_lifecycle.cc) before the timeout.
+// backend/c10d/group_lifecycle.cc) before the timeout.
 class AbortedError : public TimeoutError {
  public:
   using TimeoutError::TimeoutError;

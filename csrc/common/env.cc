@@ -23,18 +23,18 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M,@2=4G",
        "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a "
        "byte count, optionally followed by @W=bytes items for groups of W ranks (NOTE [protocol table] in "
-       "csrc/backend/protocol_table.h). Default: from 8M, at W = 2 from 4G (in effect never): there one-shot "
+       "csrc/backend/host/protocol_table.h). Default: from 8M, at W = 2 from 4G (in effect never): there one-shot "
        "sends the same link bytes as two-shot and, pushed, measured faster at 64M-1G on 2x H200 (64M 235 us vs "
        "266 two-shot)."},
       {"TORCH_PURLIN_CUDA_LINE_BYTES", "1M",
        "CUDA collectives of at most this many bytes per rank run on flagged lines (NOTE [flagged lines] in "
-       "csrc/atom/cuda/flagged_line.cuh): data and notification in one NVLink store, no flag round trip. "
+       "csrc/atom/cuda/device/flagged_line.cuh): data and notification in one NVLink store, no flag round trip. "
        "0 disables them; the group uses the smallest value any rank asks for (and sizes its line region, "
        "4 x world x this, by it)."},
       {"TORCH_PURLIN_CUDA_LINE_FORMAT", "auto",
        "Format of the flagged lines. narrow: 16-byte lines of 8 payload bytes (twice the NVLink bytes; relies on "
        "8-byte units only). wide: 128-byte lines of 120 payload bytes wherever a plan allows (NOTE [wide lines] in "
-       "csrc/atom/cuda/wide_line.cuh; relies on a warp's 128-byte store reaching a peer as a unit, as NCCL's "
+       "csrc/atom/cuda/device/wide_line.cuh; relies on a warp's 128-byte store reaching a peer as a unit, as NCCL's "
        "LL128 does). auto: wide lines where they measured faster on 2x H200 (reductions and broadcasts above "
        "256K per rank, all_gather and all_to_all above 512K) if the GPUs are of one architecture among sm_80, sm_90 and sm_100 and NVML reports NVLink "
        "between every pair (else narrow lines only, logged once), narrow ones elsewhere. Strided destinations always take narrow lines. The group uses "
@@ -42,13 +42,13 @@ const std::vector<Var>& registry() {
        "2 x world x TORCH_PURLIN_CUDA_LINE_BYTES x 128/120)."},
       {"TORCH_PURLIN_CUDA_PARITY_BYTES", "16M",
        "CUDA collectives larger than TORCH_PURLIN_CUDA_LINE_BYTES and of at most this many bytes per rank run as "
-       "parity plans (NOTE [parity plans] in csrc/atom/cuda/plan_kernel.cuh): pushed into one of two alternating "
+       "parity plans (NOTE [parity plans] in csrc/atom/cuda/device/plan_kernel.cuh): pushed into one of two alternating "
        "halves of a region, so a collective does not wait for the previous one to end (on 2x H200 1.1-1.3x "
        "faster at 2M-16M than workspace plans). 0 disables them; the group uses the smallest value any rank asks "
        "for (and sizes its parity region, 2 x world x this, by it)."},
       {"TORCH_PURLIN_CUDA_PDL", "1",
        "1: on sm_90 and newer GPUs, CUDA collectives are launched with programmatic dependent launch (NOTE "
-       "[overlapped launch] in csrc/atom/cuda/launch_typed.cuh): a collective's blocks are scheduled while the "
+       "[overlapped launch] in csrc/atom/cuda/device/launch_typed.cuh): a collective's blocks are scheduled while the "
        "previous kernel of the stream ends and wait for it before touching memory, which hides the launch gap "
        "between back-to-back collectives. 0: plain launches. A rank's own choice (ranks may differ)."},
       {"TORCH_PURLIN_CUDA_CE_BYTES", "0",
@@ -56,7 +56,7 @@ const std::vector<Var>& registry() {
        "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "
        "2x H200 it was 0.6-0.9x the SM kernel when staging (docs/PERFORMANCE.md, session 2), so it is worth it "
        "only to keep SMs for overlapped compute. Pool tensors (torch_purlin.empty) are pulled straight from the "
-       "peers' inputs (NOTE [copy-engine zero-copy] in csrc/atom/cuda/ce_atom.h; not yet timed). Every "
+       "peers' inputs (NOTE [copy-engine zero-copy] in csrc/atom/cuda/host/ce_atom.h; not yet timed). Every "
        "copy-engine call is checked with every rank on the host first (NOTE [copy-engine call check])."},
       {"TORCH_PURLIN_CUDA_PUSH", "all",
        "Which CUDA collectives write into their readers' workspaces instead of their own (NOTE [push] in "
@@ -81,13 +81,13 @@ const std::vector<Var>& registry() {
        "first use."},
       {"TORCH_PURLIN_CUDA_POOL_PLACEMENT", "agreed",
        "How the symmetric pool places a block at the same offset on every rank. agreed: every allocation "
-       "exchanges proposals with every rank (NOTE [pool agreement] in csrc/atom/cuda/symmetric_pool.h; tolerates "
+       "exchanges proposals with every rank (NOTE [pool agreement] in csrc/atom/cuda/host/symmetric_pool.h; tolerates "
        "ranks that free in different orders; each allocation waits for the slowest rank's host). local: each rank "
        "places alone by a rule that depends only on the order of allocations and frees (NOTE [local placement]); "
        "ranks that allocate or free in different orders get collectives that fail with a call-tag error, never "
        "wrong data. local only if every rank asks."},
       {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_reduce@2=256M,all_to_all=1G,broadcast=64M",
-       "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/protocol_table.h): family=bytes items "
+       "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/host/protocol_table.h): family=bytes items "
        "(family@W=bytes: a row for groups of W ranks only, replacing the family's row there); a "
        "CUDA collective of that family (all_reduce also names all_reduce_coalesced, all_gather names "
        "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "
@@ -96,7 +96,7 @@ const std::vector<Var>& registry() {
        "keeps every size native. Every rank must use the same value."},
       {"TORCH_PURLIN_CUDA_SHARE_GPU", "0",
        "1 on every rank: ranks of a group may share a GPU (NOTE [shared GPU] in "
-       "csrc/atom/cuda/symmetric_workspace.h): their CUDA tensors run on purlin's datapath with at most half an equal "
+       "csrc/atom/cuda/host/symmetric_workspace.h): their CUDA tensors run on purlin's datapath with at most half an equal "
        "share of the SMs per launch, narrow flagged lines where the format is auto, the protocol table's NCCL rows ignored, and ops that need NCCL fail there (NCCL refuses "
        "several ranks on one GPU). Run such processes under CUDA MPS, else the GPU time-slices them and every "
        "collective waits a time slice. 0: a group whose ranks share a GPU sends its CUDA tensors to NCCL."},

@@ -1,7 +1,7 @@
 // test_cuda_plan_emulation.cc — the plan kernel's protocol, run on the CPU.
 //
 // Every rank x block of plan_kernel.cuh becomes a thread that interprets the
-// rank's lowered plan (atom/cuda/device_plan.h) exactly as the kernel does:
+// rank's lowered plan (atom/cuda/host/device_plan.h) exactly as the kernel does:
 // the same block partition (part_size), Wait/Signal on per-block flag slots,
 // LocalSync, the Done handshake that opens and closes every collective (NOTE
 // [device reuse]: the last block to finish raises Done) and the rank's epochs.
@@ -86,7 +86,7 @@
 // group stores and loads of wide_line.cuh and their hardware assumption, the call-tag
 // half of the line flag), which the GPU tests (test/test_gpu_collectives.py)
 // exercise.
-// Build: g++ -std=c++17 -O2 -Icsrc -x c++ csrc/atom/cuda/device_plan.cu -x none
+// Build: g++ -std=c++17 -O2 -Icsrc -x c++ csrc/atom/cuda/host/device_plan.cc -x none
 //        csrc/snac/{planner,matched_waits,spec,collectives}.cc csrc/common/types.cc this.cc -pthread
 // Run:   ./a.out [collectives per group, 150] [mutation]
 #include <algorithm>
@@ -104,7 +104,7 @@
 #include <vector>
 
 #include "atom/cuda/call_tag.h"
-#include "atom/cuda/device_plan.h"
+#include "atom/cuda/host/device_plan.h"
 #include "atom/cuda/signal_pad.h"
 #include "snac/collectives.h"
 
@@ -278,7 +278,7 @@ void line_wait(Line& l, uint64_t seq, int32_t* out, VC& vc, int t, const char* p
 }
 
 // ---- the group's memory -------------------------------------------------------
-// NOTE [line plans] sizes (symmetric_workspace.cu): a parity holds every
+// NOTE [line plans] sizes (symmetric_workspace.cc): a parity holds every
 // rank's contribution of the largest line collective plus alignment.
 int64_t line_half_bytes(int world) {
   const int64_t payload = world * kLineMaxBytes + int64_t{world} * world * 512;
@@ -291,7 +291,7 @@ int64_t wide_half_bytes(int world) {
   return ((payload + cu::kWidePayload - 1) / cu::kWidePayload * cu::kWideLineBytes + 4095) / 4096 * 4096;
 }
 
-// NOTE [parity plans] sizes (symmetric_workspace.cu), in int32 elements.
+// NOTE [parity plans] sizes (symmetric_workspace.cc), in int32 elements.
 int64_t parity_half_elems(int world) {
   return (world * kParityMaxBytes + int64_t{world} * world * 512 + 4095) / 4096 * 4096 / kEsize;
 }

@@ -1,9 +1,9 @@
 // test_launch_config.cc — the block-count tables and the narrow line shape (launch_config*.cu), host only.
-// Build: g++ -std=c++17 -Icsrc -x c++ csrc/atom/cuda/launch_config.cu
-//        csrc/atom/cuda/launch_config_sm90.cu -x none this.cc
+// Build: g++ -std=c++17 -Icsrc -x c++ csrc/atom/cuda/protocol/launch_config.cc
+//        csrc/atom/cuda/protocol/launch_config_sm90.cc -x none this.cc
 #include <cstdio>
 
-#include "atom/cuda/launch_config.h"
+#include "atom/cuda/protocol/launch_config.h"
 #include "expect.h"
 
 namespace cu = purlin::atom::cuda;

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "atom/cuda/nvlink_probe.h"
+#include "atom/cuda/host/nvlink_probe.h"
 
 int main() {
   namespace cu = purlin::atom::cuda;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "atom/cuda/pool_blocks.h"
+#include "atom/cuda/host/pool_blocks.h"
 #include "expect.h"
 
 namespace cu = purlin::atom::cuda;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "atom/cuda/workspace_probe.h"
+#include "atom/cuda/host/workspace_probe.h"
 #include "expect.h"
 
 namespace cu = purlin::atom::cuda;

@@ -1,0 +1,207 @@
+// bindings.cc — torch_purlin._C: the backend class, the Spec API, plan
+// inspection and the env registry. The one file that includes torch/extension.h.
+#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+
+#include "backend/c10d/gil_released_holder.h"
+#include "backend/host/protocol_table.h"
+#include "backend/c10d/purlin_backend.h"
+#include "common/env.h"
+#include "snac/collectives.h"
+#include "snac/plan.h"
+
+namespace py = pybind11;
+using namespace purlin;
+
+namespace {
+
+// Holds a Python callable make(store, rank, size, timeout, device_type) -> Backend; acquires the
+// GIL to call and to release it.
+backend::Fallback::GroupFactory wrap_factory(py::object fn) {
+  if (fn.is_none()) return nullptr;
+  // A backend may die during interpreter shutdown (groups never destroyed):
+  // then the callable is leaked rather than touched without an interpreter.
+  auto holder = std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* p) {
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+    py::gil_scoped_acquire g;
+    delete p;
+  });
+  return [holder](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+                  const std::string& device) {
+    py::gil_scoped_acquire g;
+    py::object o = (*holder)(store, rank, size, timeout, device);
+    return o.cast<c10::intrusive_ptr<c10d::Backend>>();
+  };
+}
+
+py::dict plan_to_dict(const snac::Plan& p) {
+  py::list ops;
+  for (const auto& op : p.ops) {
+    py::list srcs;
+    for (int k = 0; k < op.src_count; ++k) {
+      const auto& s = p.srcs[op.src_begin + k];
+      srcs.append(py::make_tuple(static_cast<int>(s.buf), s.rank, s.offset));
+    }
+    ops.append(py::dict(py::arg("code") = static_cast<int>(op.code), py::arg("flag") = static_cast<int>(op.flag),
+                        py::arg("peer") = op.peer, py::arg("value") = op.value,
+                        py::arg("dst") = py::make_tuple(static_cast<int>(op.dst.buf), op.dst.rank, op.dst.offset),
+                        py::arg("n") = op.n, py::arg("srcs") = srcs, py::arg("phase") = std::string(op.phase)));
+  }
+  return py::dict(py::arg("rank") = p.rank, py::arg("world") = p.world, py::arg("rounds") = p.rounds,
+                  py::arg("steps") = p.steps, py::arg("workspace_elems") = p.workspace_elems, py::arg("ops") = ops,
+                  py::arg("text") = p.describe());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch-purlin native core";
+
+  py::enum_<RedOp>(m, "RedOp")
+      .value("SUM", RedOp::Sum)
+      .value("AVG", RedOp::Avg)
+      .value("PRODUCT", RedOp::Product)
+      .value("MIN", RedOp::Min)
+      .value("MAX", RedOp::Max)
+      .value("PREMUL_SUM", RedOp::PremulSum);
+  py::enum_<snac::OpKind>(m, "OpKind").value("COPY", snac::OpKind::Copy).value("REDUCE", snac::OpKind::Reduce);
+
+  py::class_<snac::Region>(m, "Region")
+      .def(py::init([](int64_t offset, int64_t rows, int64_t row_len, int64_t stride) {
+             return snac::Region{offset, rows, row_len, stride < 0 ? row_len : stride};
+           }),
+           py::arg("offset"), py::arg("rows"), py::arg("row_len"), py::arg("stride") = -1)
+      .def_readwrite("offset", &snac::Region::offset)
+      .def_readwrite("rows", &snac::Region::rows)
+      .def_readwrite("row_len", &snac::Region::row_len)
+      .def_readwrite("stride", &snac::Region::stride)
+      .def("numel", &snac::Region::numel)
+      .def("__repr__", [](const snac::Region& r) {
+        return "Region(offset=" + std::to_string(r.offset) + ", rows=" + std::to_string(r.rows) +
+               ", row_len=" + std::to_string(r.row_len) + ", stride=" + std::to_string(r.stride) + ")";
+      });
+  py::class_<snac::Placement>(m, "Placement")
+      .def(py::init([](int rank, snac::Region region) { return snac::Placement{rank, region}; }))
+      .def_readwrite("rank", &snac::Placement::rank)
+      .def_readwrite("region", &snac::Placement::region);
+  py::class_<snac::Chunk>(m, "Chunk")
+      .def(py::init([](std::vector<snac::Placement> s, std::vector<snac::Placement> d) {
+        return snac::Chunk{std::move(s), std::move(d)};
+      }))
+      .def_readwrite("sources", &snac::Chunk::sources)
+      .def_readwrite("dests", &snac::Chunk::dests)
+      .def("numel", &snac::Chunk::numel);
+  py::class_<snac::Spec>(m, "Spec")
+      .def(py::init([](std::string name, snac::OpKind kind, RedOp redop, int world, std::vector<snac::Chunk> chunks) {
+        snac::Spec s;
+        s.name = std::move(name);
+        s.kind = kind;
+        s.redop = redop;
+        s.world = world;
+        s.chunks = std::move(chunks);
+        try {
+          s.finalize();
+        } catch (const std::exception& e) {
+          throw py::value_error(e.what());
+        }
+        return s;
+      }))
+      .def_readonly("name", &snac::Spec::name)
+      .def_readonly("kind", &snac::Spec::kind)
+      .def_readonly("redop", &snac::Spec::redop)
+      .def_readonly("world", &snac::Spec::world)
+      .def_readonly("chunks", &snac::Spec::chunks)
+      .def_readonly("input_numel", &snac::Spec::input_numel)
+      .def_readonly("output_numel", &snac::Spec::output_numel);
+
+  auto specs = m.def_submodule("specs", "built-in collectives as Specs");
+  specs.def("all_reduce", &snac::all_reduce);
+  specs.def("reduce", &snac::reduce);
+  specs.def("broadcast", &snac::broadcast);
+  specs.def("all_gather", &snac::all_gather);
+  specs.def("reduce_scatter", &snac::reduce_scatter);
+  specs.def("all_to_all", &snac::all_to_all);
+  specs.def("gather", &snac::gather);
+  specs.def("scatter", &snac::scatter);
+  specs.def("barrier", &snac::barrier);
+  specs.def("interleaved_all_gather", &snac::interleaved_all_gather);
+
+  m.def(
+      "make_plan",
+      [](const snac::Spec& spec, int rank, int64_t slot_elems, int64_t align_elems, bool two_shot, bool direct_local,
+         bool read_peer_inputs, bool push, bool write_peer_outputs) {
+        snac::PlanOptions o;
+        o.slot_elems = slot_elems;
+        o.align_elems = align_elems;
+        o.reduce_algo = two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
+        o.direct_local = direct_local;
+        o.read_peer_inputs = read_peer_inputs;
+        o.write_peer_outputs = write_peer_outputs;
+        o.push = push;
+        return plan_to_dict(snac::make_plan(spec, rank, o));
+      },
+      py::arg("spec"), py::arg("rank"), py::arg("slot_elems"), py::arg("align_elems") = 1,
+      py::arg("two_shot") = false, py::arg("direct_local") = true, py::arg("read_peer_inputs") = false, py::arg("push") = false,
+      py::arg("write_peer_outputs") = false);
+
+  m.def("env_vars", []() {
+    py::list out;
+    for (const auto& v : env::registry()) out.append(py::make_tuple(v.name, v.default_value, v.meaning));
+    return out;
+  });
+
+  // NOTE [protocol table]: bytes from which `op` runs on NCCL under `table` in
+  // a group of `world` ranks (0: never), and a per-world byte list's value.
+  m.def("nccl_table_from", [](const std::string& table, const std::string& op, int world) {
+    return backend::NcclTable::parse(table, world).from(op);
+  }, py::arg("table"), py::arg("op"), py::arg("world") = 2);
+  m.def("bytes_for_world", [](const std::string& text, int world, const std::string& var) {
+    return backend::bytes_for_world(text, world, var.c_str());
+  }, py::arg("text"), py::arg("world"), py::arg("var") = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
+
+  auto backend_cls =
+      // NOTE [no GIL at the last reference] (gil_released_holder.h)
+      py::class_<backend::PurlinBackend, c10d::Backend, backend::GilReleasedHolder<backend::PurlinBackend>>(
+          m, "PurlinBackend");
+  using PurlinOptions = backend::PurlinBackend::PurlinOptions;
+  py::class_<PurlinOptions, c10d::Backend::Options, c10::intrusive_ptr<PurlinOptions>>(backend_cls, "Options")
+      .def(py::init([](std::chrono::milliseconds timeout) { return c10::make_intrusive<PurlinOptions>(timeout); }),
+           py::arg("timeout"))
+      .def("__deepcopy__",
+           [](const PurlinOptions& self, py::dict) { return c10::make_intrusive<PurlinOptions>(self); });
+  backend_cls
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout, py::object make_fallback) {
+             return backend::GilReleasedHolder<backend::PurlinBackend>(c10::make_intrusive<backend::PurlinBackend>(
+                 store, rank, size, timeout, wrap_factory(std::move(make_fallback))));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("make_fallback"))
+      .def_property_readonly("options", &backend::PurlinBackend::getBackendOptions)
+      // NOTE [split groups] (split_group.cc): new_group() on a device-bound default group asks the
+      // non-members' backend for a "no color" split; a purlin split involves no non-member.
+      .def("perform_nocolor_split", [](backend::PurlinBackend&, const py::object& /*device*/) {})
+      .def("counters", &backend::PurlinBackend::counters)
+      .def(
+          "empty",
+          [](backend::PurlinBackend& self, std::vector<int64_t> sizes, at::ScalarType dtype, at::Device device) {
+            return self.empty_symmetric(sizes, at::TensorOptions().dtype(dtype).device(device));
+          },
+          py::arg("sizes"), py::arg("dtype"), py::arg("device"))
+      .def("last_launch",
+           [](const backend::PurlinBackend& self) {
+             auto [protocol, blocks, threads, overlapped] = self.last_launch();
+             py::object sms = blocks < 0 ? py::none() : py::object(py::int_(blocks));  // -1: NCCL (not known)
+             return py::dict(py::arg("protocol") = protocol, py::arg("blocks") = sms, py::arg("threads") = threads,
+                             py::arg("overlapped") = overlapped);
+           })
+      .def("protocol_counts", &backend::PurlinBackend::protocol_counts)
+      .def(
+          "run_spec",
+          [](backend::PurlinBackend& self, const snac::Spec& spec, at::Tensor input, at::Tensor output) {
+            return self.run_spec(spec, input, output);
+          },
+          py::call_guard<py::gil_scoped_release>());
+}

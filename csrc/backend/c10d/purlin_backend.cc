@@ -1,0 +1,166 @@
+// purlin_backend.cc — construction, routing (native or fallback) and Work.
+// The c10d op overrides are in backend_ops.cc.
+#include "backend/c10d/purlin_backend.h"
+
+#include <algorithm>
+#include <ATen/core/ivalue.h>
+
+#include "backend/c10d/coalesced_work.h"
+#include "backend/c10d/completed_work.h"
+#include "backend/cuda/cuda_engine.h"
+#include "backend/host/host_engine.h"
+#include "backend/c10d/store_rendezvous.h"
+#include "backend/c10d/tensor_args.h"
+
+namespace purlin::backend {
+
+PurlinBackend::PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                             std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback)
+    : c10d::Backend(rank, size),
+      store_(store),
+      timeout_(timeout),
+      fallback_(store, rank, size, timeout, std::move(make_fallback)) {}
+
+PurlinBackend::~PurlinBackend() = default;
+
+void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  if (host_) host_->set_timeout(timeout);
+  if (cuda_) cuda_->set_timeout(timeout);  // PURLIN-CUDA hook
+}
+
+HostEngine& PurlinBackend::host() {
+  if (!host_) {
+    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_),
+                                           abort_signal_.flag());
+  }
+  return *host_;
+}
+
+// PURLIN-CUDA hook
+bool PurlinBackend::supportsTensorAlloc(c10::DeviceIndex) {
+#ifdef PURLIN_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+at::Tensor PurlinBackend::allocateTensor(long size, at::TensorOptions options) {
+  check_open("allocateTensor");
+  return cuda().empty({static_cast<int64_t>(size)}, options, /*or_plain=*/true);  // NOTE [pool or plain]
+}
+
+at::Tensor PurlinBackend::empty_symmetric(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  check_open("empty");
+  return cuda().empty(sizes, options);
+}
+
+std::tuple<std::string, int, int, bool> PurlinBackend::last_launch() const {
+  const LastLaunch l = cuda().last_launch();
+  return {l.protocol, l.blocks, l.threads, l.overlapped};
+}
+
+std::map<std::string, std::map<std::string, int64_t>> PurlinBackend::protocol_counts() const { return cuda().protocol_counts(); }
+
+CudaPath& PurlinBackend::cuda() const {
+  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_, &abort_signal_);
+  return *cuda_;
+}
+
+std::string PurlinBackend::fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                           int64_t table_bytes, bool* by_table, const c10d::ReduceOp* redop) const {
+  bool cuda_op = false;
+  for (const auto& t : tensors) cuda_op |= t.defined() && t.is_cuda();
+  if (fallback_.forced(op, cuda_op)) return "forced by TORCH_PURLIN_FORCE_FALLBACK / TORCH_PURLIN_FORCE_NCCL";
+  if (redop && bitwise_reduction(*redop))
+    return "bitwise reduce ops (BAND, BOR, BXOR) are not supported natively";
+  for (const auto& t : tensors) {
+    if (!t.defined()) continue;
+    if (t.layout() != c10::kStrided) return "sparse tensors are not supported natively";
+    if (t.is_cuda()) {  // PURLIN-CUDA hook: checks every tensor
+      const std::string why = cuda().unavailable(op, tensors);
+      if (!why.empty() || table_bytes < 0 || getSize() < 2) return why;
+      const int64_t from = cuda().nccl_from(op);  // NOTE [protocol table]
+      if (from <= 0 || table_bytes < from) return "";
+      if (by_table) *by_table = true;
+      return "NCCL measured faster from " + std::to_string(from) +
+             " bytes (the protocol table, TORCH_PURLIN_CUDA_NCCL_FROM; NOTE [protocol table])";
+    }
+    if (!t.device().is_cpu()) return std::string("tensors on ") + t.device().str() + " are not supported natively";
+    DType d;
+    if (!to_dtype(t.scalar_type(), &d)) return std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported natively";
+  }
+  return "";
+}
+
+c10d::Backend& PurlinBackend::fallback_for(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                           const std::string& why, bool by_table) {
+  ++seq_;
+  const at::Tensor* cuda_t = nullptr;
+  for (const auto& t : tensors)
+    if (t.defined() && t.is_cuda()) cuda_t = &t;
+  if (cuda_t) {
+    // NCCL sets up a communicator on its first collective, which cannot
+    // happen inside graph capture: say so instead of failing inside NCCL.
+    const bool capturing = CudaPath::capturing(cuda_t->device());
+    TORCH_CHECK(!(by_table && capturing && !nccl_ran_eagerly_), "purlin ", op, " on rank ", getRank(),
+                ": this size runs on NCCL (", why, "), and NCCL's first collective of a group cannot be captured "
+                "in a CUDA graph; run one such collective before capturing, or set TORCH_PURLIN_CUDA_NCCL_FROM=none");
+    nccl_ran_eagerly_ |= !capturing;
+    cuda().note_nccl();  // last_launch: whatever sent it there, NCCL runs it
+  }
+  fallback_.count_fallback(op, why);
+  return fallback_backend(tensors.empty() ? c10::Device(c10::kCPU) : tensors[0].device());
+}
+
+c10d::Backend& PurlinBackend::fallback_backend(const c10::Device& device) {
+  c10d::Backend& b = fallback_.get(device);
+  if (coalescing_ && b.supportsCoalescing() &&
+      std::find(coalescing_fallbacks_.begin(), coalescing_fallbacks_.end(), &b) == coalescing_fallbacks_.end()) {
+    b.startCoalescing();
+    coalescing_fallbacks_.push_back(&b);
+  }
+  return b;
+}
+
+c10::intrusive_ptr<c10d::Work> PurlinBackend::coalesced(c10::intrusive_ptr<c10d::Work> work) {
+  if (coalescing_ && work) coalesced_works_.push_back(work);
+  return work;
+}
+
+// NOTE [coalescing] (coalesced_work.h). A block left open (an exception inside
+// torch's _coalescing_manager skips endCoalescing) is closed first.
+void PurlinBackend::startCoalescing() {
+  if (coalescing_) endCoalescing();
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<c10d::Work> PurlinBackend::endCoalescing() {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works = std::move(coalesced_works_);
+  std::vector<c10d::Backend*> fallbacks = std::move(coalescing_fallbacks_);
+  coalesced_works_.clear();
+  coalescing_fallbacks_.clear();
+  coalescing_ = false;
+  for (c10d::Backend* b : fallbacks)
+    if (auto w = b->endCoalescing()) works.push_back(w);
+  if (works.empty()) return completed_work({});
+  if (works.size() == 1) return works[0];
+  return c10::make_intrusive<CoalescedWork>(std::move(works));
+}
+
+c10::intrusive_ptr<c10d::Work> PurlinBackend::run_native(Request& rq, const std::vector<at::Tensor>& outputs) {
+  ++seq_;
+  fallback_.count_native(rq.name);
+  try {
+    if (cuda_ && cuda_->active()) return coalesced(cuda_->run(rq, outputs));  // PURLIN-CUDA hook
+    host().run(rq);
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  return coalesced(completed_work(outputs));
+}
+
+}  // namespace purlin::backend

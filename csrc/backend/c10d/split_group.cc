@@ -1,0 +1,79 @@
+// split_group.cc — groups split from a purlin group (PurlinBackend::split).
+//
+// NOTE [split groups]
+// torch makes a subgroup by splitting its parent when the parent says it can
+// (Backend::supportsSplitting) and the default group is bound to a device:
+// `init_process_group(backend="purlin", device_id=...)` followed by
+// `dist.split_group(...)` or `init_device_mesh("cuda", ...)`, the way
+// torchtitan starts. Without split() DeviceMesh raised there ("does not support
+// splitting"), although new_group() made the same groups.
+// - A purlin subgroup needs nothing from its parent's connections: split()
+//   builds a new PurlinBackend with the member's index in the sorted `ranks` as
+//   its rank, `opts->timeout` as its timeout and its own fallbacks. Like any
+//   purlin group it connects at its first collective, so split() itself
+//   communicates with nobody.
+// - Its store is the parent's, prefixed "purlin_split_<n>_<ranks>/", n counting
+//   the splits asked of the parent: every rank of the parent takes part in every
+//   split (torch's contract; a rank in no part is asked for the first part and
+//   gets nullptr, torch's None), so n agrees across ranks. Not the store torch
+//   passes: its prefix is the new group's name, which hashes the ranks with the
+//   number of groups this process has joined, so it differs between two members
+//   when only one of them joined an earlier group (a split or new_group that left
+//   the other out). NCCL never notices (its split goes through the parent's
+//   communicator); purlin's members waited for each other under different keys
+//   (session 19: a DeviceMesh at world 4 hung after such a split).
+// - The non-members' "no color" split that new_group() asks of a device-bound
+//   group (`perform_nocolor_split`) has nothing to do (bindings.cc).
+// - One PurlinBackend serves both the CPU and the CUDA tensors of a group, and
+//   ProcessGroup::splitGroup asks every device type's backend for the split:
+//   the same backend is asked twice with the same store. The second time counts
+//   no split and returns the first child, so the new group has one backend, as
+//   one made by new_group() has. (last_split_store_ keeps that store alive, so a
+//   later split's store cannot reuse its address.)
+#include <algorithm>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "backend/c10d/purlin_backend.h"
+
+namespace purlin::backend {
+
+c10::intrusive_ptr<c10d::Backend::Options> PurlinBackend::getBackendOptions() {
+  auto opts = c10::make_intrusive<PurlinOptions>(timeout_);
+  opts->group_name = getGroupUid();
+  opts->group_desc = getGroupDesc();
+  return opts;
+}
+
+c10::intrusive_ptr<c10d::Backend> PurlinBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       const std::vector<int>& ranks,
+                                                       const c10::intrusive_ptr<Options>& opts) {
+  check_open("split_group");
+  for (int r : ranks)
+    TORCH_CHECK(r >= 0 && r < getSize(), "purlin: split_group on rank ", getRank(), ": rank ", r,
+                " is outside the parent group of ", getSize(), " ranks");
+  TORCH_CHECK(std::is_sorted(ranks.begin(), ranks.end()) &&
+                  std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(),
+              "purlin: split_group on rank ", getRank(), ": the ranks of a split must be sorted and distinct");
+  const bool same_split = store.get() == last_split_store_.get();
+  if (same_split) {
+    if (auto last = last_split_.lock()) return last;
+  } else {
+    ++splits_;
+    last_split_store_ = store;
+    last_split_.reset();
+  }
+  auto me = std::find(ranks.begin(), ranks.end(), getRank());
+  if (me == ranks.end()) return nullptr;
+  std::string prefix = "purlin_split_" + std::to_string(splits_);
+  for (int r : ranks) prefix += "_" + std::to_string(r);
+  auto child_store = c10::make_intrusive<c10d::PrefixStore>(prefix + "/", store_);
+  const auto timeout = opts ? opts->timeout : timeout_;
+  auto child = c10::make_intrusive<PurlinBackend>(child_store, static_cast<int>(me - ranks.begin()),
+                                                  static_cast<int>(ranks.size()), timeout, fallback_.group_factory());
+  last_split_ = c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(child));
+  return child;
+}
+
+}  // namespace purlin::backend

@@ -1,0 +1,98 @@
+// tensor_args.cc — see tensor_args.h.
+#include "backend/c10d/tensor_args.h"
+
+#include <ATen/ATen.h>
+
+namespace purlin::backend {
+
+bool to_dtype(at::ScalarType t, DType* out) {
+  switch (t) {
+    case at::kFloat: *out = DType::Float32; return true;
+    case at::kDouble: *out = DType::Float64; return true;
+    case at::kHalf: *out = DType::Float16; return true;
+    case at::kBFloat16: *out = DType::BFloat16; return true;
+    case at::kChar: *out = DType::Int8; return true;
+    case at::kShort: *out = DType::Int16; return true;
+    case at::kInt: *out = DType::Int32; return true;
+    case at::kLong: *out = DType::Int64; return true;
+    case at::kByte: *out = DType::UInt8; return true;
+    case at::kBool: *out = DType::Bool; return true;
+    case at::kComplexFloat: *out = DType::Complex64; return true;
+    case at::kComplexDouble: *out = DType::Complex128; return true;
+    default: return false;
+  }
+}
+
+bool bitwise_reduction(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR || op.op_ == c10d::ReduceOp::BXOR;
+}
+
+void set_reduction(Request& rq, const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: rq.redop = RedOp::Sum; break;
+    case c10d::ReduceOp::AVG: rq.redop = RedOp::Avg; break;
+    case c10d::ReduceOp::PRODUCT: rq.redop = RedOp::Product; break;
+    case c10d::ReduceOp::MIN: rq.redop = RedOp::Min; break;
+    case c10d::ReduceOp::MAX: rq.redop = RedOp::Max; break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      rq.redop = RedOp::PremulSum;
+      auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+      if (!s) {
+        rq.error = "PREMUL_SUM without a factor";
+      } else if (s->tensor_factor.defined()) {
+        rq.scale = s->tensor_factor.to(at::kCPU).to(at::kDouble).item<double>();
+      } else {
+        rq.scale = s->double_factor;
+      }
+      break;
+    }
+    default:  // the bitwise ones never get here: bitwise_reduction() sends them to the fallback
+      rq.error = "reduce op " + std::to_string(static_cast<int>(op.op_)) + " is not supported";
+      return;
+  }
+  const char* why = nullptr;
+  if (rq.error.empty() && !reduction_supported(rq.dtype, rq.redop, &why))
+    rq.error = std::string(redop_name(rq.redop)) + " on " + dtype_name(rq.dtype) + ": " + why;
+}
+
+at::Tensor flat_of(const at::Tensor& t) {
+  // NOTE [eager host path]: no view of a contiguous tensor (a dispatched op per call).
+  return t.is_contiguous() ? t : t.contiguous().view({-1});
+}
+
+at::Tensor flat_of(const std::vector<at::Tensor>& ts) {
+  if (ts.size() == 1) return flat_of(ts[0]);
+  std::vector<at::Tensor> parts;
+  for (const auto& t : ts) parts.push_back(t.reshape({-1}));
+  return at::cat(parts);
+}
+
+at::Tensor flat_out_for(const std::vector<at::Tensor>& ts, int64_t numel, const at::Tensor& like) {
+  if (ts.size() == 1 && ts[0].is_contiguous() && ts[0].numel() == numel) return ts[0];
+  return at::empty({numel}, like.options());
+}
+
+void unflatten_into(const at::Tensor& flat, at::Tensor& t) {
+  if (t.is_contiguous() && flat.data_ptr() == t.data_ptr()) return;
+  t.copy_(flat.reshape(t.sizes()));
+}
+
+void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& ts) {
+  if (ts.size() == 1 && ts[0].is_contiguous() && flat.data_ptr() == ts[0].data_ptr()) return;
+  const at::Tensor flat1 = flat.reshape({-1});  // flat_of may return a contiguous tensor of any shape
+  int64_t off = 0;
+  for (auto& t : ts) {
+    t.copy_(flat1.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+}
+
+std::string check_same_dtype(const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts)
+    if (t.scalar_type() != ts[0].scalar_type())
+      return std::string("tensors have different dtypes (") + c10::toString(t.scalar_type()) + " and " +
+             c10::toString(ts[0].scalar_type()) + ")";
+  return "";
+}
+
+}  // namespace purlin::backend

@@ -1,0 +1,142 @@
+// cuda_engine.h — the CUDA datapath as PurlinBackend sees it: native
+// collectives on CUDA tensors, by SNAC plans run in one kernel launch on
+// CUDA-IPC symmetric buffers (csrc/atom/cuda). PURLIN-CUDA hooks in
+// purlin_backend.cc and backend_ops.cc call only what is declared here.
+//
+// Contract (c10d's, as ProcessGroupNCCL keeps it):
+//   asyncOp=false  the kernel is queued on the current stream; nothing else
+//                  (no events, no host wait); the returned Work is complete.
+//   asyncOp=true   an internal stream waits for the current stream, the
+//                  flatten copies, the kernel and the copies back run there,
+//                  an event is recorded; Work.wait() makes the then-current
+//                  stream wait for it. The Work holds the outputs, and every
+//                  tensor of the op is recordStream'd on the internal stream.
+// Host argument checks are local: a GPU collective has no host arrival
+// handshake (NOTE [device reuse], atom/cuda/device/plan_kernel.cuh). Cross-rank
+// mismatches are caught on the GPU before any peer data is read (NOTE [call
+// tags]) and raised at the rank's next call. Only all_to_all exchanges split
+// sizes (its plan needs every rank's splits; a shared-memory handshake,
+// shm_group.h), and checks them like the CPU path does.
+// Every native op is CUDA-graph capturable once the group ran one CUDA
+// collective outside capture (that first one sets up the workspace).
+//
+// Built with PURLIN_WITH_CUDA (setup.py defines it when torch has CUDA);
+// otherwise the inline stubs at the end report the datapath as unavailable.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "backend/host/abort_signal.h"
+#include "backend/host/request.h"
+
+namespace purlin::backend {
+
+class CudaOpScope;
+
+// What the group's last CUDA launch ran (benchmarks report it).
+struct LastLaunch {
+  std::string protocol;  // "one-shot", "two-shot", "copy", "+zero-copy", "copy-engine", "nccl"
+  int blocks = 0;        // SMs the kernel occupied (0: copy engine; -1: not known, NCCL)
+  int threads = 0;
+  bool overlapped = false;  // launched with programmatic dependent launch (NOTE [overlapped launch])
+};
+
+// How many launches of each collective ran each protocol since the group's
+// CUDA path began: {op: {protocol: launches}} (LastLaunch::protocol's names;
+// NCCL's share is PurlinBackend::counters()'s fallback column).
+using ProtocolCounts = std::map<std::string, std::map<std::string, int64_t>>;
+
+// One per PurlinBackend; creates the group's CudaGroup (cuda_group.h) on first use.
+class CudaPath {
+ public:
+  // `abort`: the group's abort request (NOTE [shutdown and abort]), which ends the host-side
+  // waits of the group's shared-memory exchanges and the device waits; it outlives the path.
+  CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+           AbortSignal* abort);
+  ~CudaPath();
+
+  // "" if `op` on `tensors` (some on CUDA) runs natively, else why not.
+  // The first call sets up the workspace and is collective: PurlinBackend
+  // calls it where every rank decides native-or-fallback for the same op.
+  std::string unavailable(const std::string& op, const std::vector<at::Tensor>& tensors);
+  // Whether a CudaOpScope is open: the running op is a native CUDA op.
+  bool active() const;
+  // Runs rq (flat in/out already on the op's device) and returns its Work.
+  c10::intrusive_ptr<c10d::Work> run(Request& rq, const std::vector<at::Tensor>& outputs);
+  void set_timeout(std::chrono::milliseconds timeout);
+  // A tensor from the group's symmetric pool (NOTE [zero-copy]); collective:
+  // every rank calls it in the same order with the same sizes. or_plain
+  // (Backend::allocateTensor, NOTE [pool or plain]): ordinary CUDA memory,
+  // logged once, where the group has no pool or the pool is full.
+  at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options, bool or_plain = false);
+  LastLaunch last_launch() const;
+  ProtocolCounts protocol_counts() const;
+  // NOTE [protocol table] (protocol_table.h): bytes from which `op` on CUDA
+  // tensors runs on NCCL (0: never); call after unavailable() returned "".
+  int64_t nccl_from(const std::string& op) const;
+  // Records that the latest collective was served by NCCL (last_launch).
+  void note_nccl();
+  // Whether the current stream of `dev` is capturing a CUDA graph.
+  static bool capturing(const c10::Device& dev);
+
+  struct Impl;
+
+ private:
+  friend class CudaOpScope;
+  // "" once the group's CUDA state on `dev` exists (created here, collective)
+  // and can serve `op`, else why not.
+  std::string group_on(const c10::Device& dev, const std::string& op);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Opened by every native op right after its fallback decision, closed when
+// the op returns: holds the op's stream and Work (see the contract above).
+// Inactive when path is null or no tensor is on CUDA.
+class CudaOpScope {
+ public:
+  CudaOpScope(CudaPath* path, const std::vector<at::Tensor>& tensors, bool async_op);
+  ~CudaOpScope();
+  CudaOpScope(const CudaOpScope&) = delete;
+  CudaOpScope& operator=(const CudaOpScope&) = delete;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+#ifndef PURLIN_WITH_CUDA
+struct CudaPath::Impl {};
+struct CudaOpScope::State {};
+inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>, AbortSignal*) {}
+inline CudaPath::~CudaPath() = default;
+inline std::string CudaPath::unavailable(const std::string&, const std::vector<at::Tensor>&) {
+  return "the CUDA datapath is not available in this build";
+}
+inline bool CudaPath::active() const { return false; }
+inline c10::intrusive_ptr<c10d::Work> CudaPath::run(Request& rq, const std::vector<at::Tensor>&) {
+  TORCH_CHECK(false, "purlin ", rq.name, ": the CUDA datapath is not available in this build");
+}
+inline void CudaPath::set_timeout(std::chrono::milliseconds) {}
+inline at::Tensor CudaPath::empty(at::IntArrayRef, const at::TensorOptions&, bool) {
+  TORCH_CHECK(false, "purlin: symmetric memory needs the CUDA datapath, which is not in this build");
+}
+inline LastLaunch CudaPath::last_launch() const { return {}; }
+inline ProtocolCounts CudaPath::protocol_counts() const { return {}; }
+inline int64_t CudaPath::nccl_from(const std::string&) const { return 0; }
+inline void CudaPath::note_nccl() {}
+inline bool CudaPath::capturing(const c10::Device&) { return false; }
+inline CudaOpScope::CudaOpScope(CudaPath*, const std::vector<at::Tensor>&, bool) {}
+inline CudaOpScope::~CudaOpScope() = default;
+#endif
+
+}  // namespace purlin::backend

@@ -1,0 +1,293 @@
+// cuda_group.cc — CudaGroup (cuda_group.h): settings, setup and teardown, the
+// text of device errors, the symmetric pool. The rest of the class:
+// cuda_group_host_checks.cc (host-side agreements between the ranks),
+// cuda_group_plans.cc (plan choice and cache), cuda_group_launch.cc (launches).
+#ifdef PURLIN_WITH_CUDA
+
+#include "backend/cuda/cuda_group.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <sstream>
+
+#include <ATen/record_function.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "atom/cpu/cpu_atom.h"
+#include "atom/cuda/host/cuda_check.h"
+#include "backend/host/setup_agreement.h"
+#include "backend/host/shm_group.h"
+#include "backend/c10d/store_rendezvous.h"
+#include "common/env.h"
+#include "snac/arrival.h"
+
+namespace purlin::backend {
+
+namespace {
+
+const char* kind_name(int kind) {
+  switch (kind) {
+    case cu::kDone: return "Done";
+    case cu::kStaged: return "Staged";
+    case cu::kConsumed: return "Consumed";
+    case cu::kCallTag: return "call tag";
+    case cu::kLine: return "flagged-line";
+    default: return "local-barrier";
+  }
+}
+
+// The RuntimeError text of a device timeout, call-tag mismatch or abort.
+std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout) {
+  if (e.block == cu::kCopyEngineBlock) return cu::describe_copy_engine_timeout(e, timeout.count());
+  std::ostringstream os;
+  os << "purlin " << cu::interned_name(e.op_name) << " on rank " << e.rank << ": ";
+  if (e.kind == cu::kCallTag) {
+    os << "rank " << e.peer << " called this collective with other arguments than this rank (element count, "
+       << "dtype, reduce op, root, split sizes, or its input is not at the same place of the symmetric pool; also "
+       << "when only some ranks passed tensors from the symmetric pool or in-place tensors, which changes the plan: "
+       << "NOTE [call tags], [zero-copy in place]); nothing of rank " << e.peer << "'s data was read. The group is "
+       << "unusable: destroy it and create a new one.";
+    return os.str();
+  }
+  const bool aborted = e.status == cu::kRecordAborted;  // NOTE [device abort]
+  if (aborted) os << "the group was aborted (abort(), e.g. torch's _abort_process_group) while ";
+  else os << "timed out after " << timeout.count() << " ms ";
+  if (e.kind == cu::kLocal)
+    os << "waiting for block " << e.from_block << " of this rank (block " << e.block << " at a local barrier)";
+  else if (e.kind == cu::kLine)  // NOTE [flagged lines]: expected / seen are the line flags
+    os << "waiting for rank " << e.peer << " (block " << e.block << " polled a flagged line of its data for flag 0x"
+       << std::hex << e.expected << ", saw 0x" << e.seen << std::dec << ")";
+  else
+    os << "waiting for rank " << e.peer << " (block " << e.block << " waited for the " << kind_name(e.kind)
+       << " flag of its block " << e.from_block << " to reach step " << e.expected << ", saw " << e.seen << ")";
+  os << "; phase '" << cu::interned_name(e.phase) << "'.";
+  if (e.kind != cu::kLocal && !aborted)  // most mismatched calls end in the call-tag error, not all (NOTE [call tags])
+    os << " If rank " << e.peer << " is running, it may have called another collective, or this one with other "
+       << "sizes or options that run another protocol.";
+  os << " The group is unusable: destroy it and create a new one.";
+  return os.str();
+}
+
+}  // namespace
+
+std::string CudaGroup::read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout) {
+  const cu::ErrorRecord* e = ws.error_host();
+  if (e->status == 0) return "";
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return describe(*e, timeout);
+}
+
+// Every TORCH_PURLIN_CUDA_* setting the group's setup needs; throws
+// std::invalid_argument naming a malformed one (the constructor turns that
+// into this rank's reply to the setup agreement).
+void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table) {
+  constexpr const char* kTwoShot = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES";  // NOTE [protocol table]
+  two_shot_bytes_ = bytes_for_world(env::get(kTwoShot), world_, kTwoShot);
+  pool_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_POOL_BYTES");  // read with the rest: the pool itself comes later
+  const std::string placement = env::get("TORCH_PURLIN_CUDA_POOL_PLACEMENT");  // NOTE [local placement]
+  if (placement != "agreed" && placement != "local")
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_POOL_PLACEMENT: expected agreed or local, got '" + placement + "'");
+  pool_local_ = placement == "local";
+  match_waits_ = env::get_bool("TORCH_PURLIN_CUDA_MATCHED_WAITS");
+  push_copies_ = push_reductions_ = push_reduced_ = false;
+  const std::vector<std::string> push = env::get_list("TORCH_PURLIN_CUDA_PUSH");  // NOTE [push]
+  for (const std::string& item : push) {
+    if (item == "copies" || item == "all") push_copies_ = true;
+    if (item == "reductions" || item == "all") push_reductions_ = true;
+    if (item == "reduced" || item == "all") push_reduced_ = true;
+    if (item != "copies" && item != "reductions" && item != "reduced" && item != "all" && item != "none")
+      throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: expected a comma list of copies, reductions, reduced, all "
+                                  "or none, got '" + env::get("TORCH_PURLIN_CUDA_PUSH") + "'");
+  }
+  if (push.empty())
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: empty (none turns pushing off)");
+  debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
+  check_calls_ = env::get_bool("TORCH_PURLIN_CUDA_CHECK_CALLS");
+  int major = 0;  // NOTE [overlapped launch]: programmatic dependent launch needs sm_90+
+  overlap_ = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess && major >= 9 &&
+             env::get_bool("TORCH_PURLIN_CUDA_PDL");
+  cudaGetLastError();
+  opt.rank = rank_;
+  opt.world = world_;
+  opt.device = device_;
+  opt.workspace_bytes = env::get_bytes("TORCH_PURLIN_CUDA_WORKSPACE_BYTES");
+  opt.line_max_bytes = env::get_bytes("TORCH_PURLIN_CUDA_LINE_BYTES");
+  opt.parity_max_bytes = env::get_bytes("TORCH_PURLIN_CUDA_PARITY_BYTES");
+  const std::string line_format = env::get("TORCH_PURLIN_CUDA_LINE_FORMAT");
+  if (line_format != "auto" && line_format != "wide" && line_format != "narrow")
+    throw std::invalid_argument("TORCH_PURLIN_CUDA_LINE_FORMAT: expected auto, wide or narrow, got '" + line_format + "'");
+  opt.line_format = line_format == "auto" ? cu::LineFormat::Auto
+                    : line_format == "wide" ? cu::LineFormat::Wide
+                                            : cu::LineFormat::Narrow;
+  opt.blocks = env::get_int("TORCH_PURLIN_CUDA_BLOCKS");
+  opt.share_gpu = env::get_bool("TORCH_PURLIN_CUDA_SHARE_GPU");
+  opt.share_gpu_ranks = env::get_int("TORCH_PURLIN_CUDA_SHARE_GPU_RANKS");
+  ce_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
+  nccl_table = env::get("TORCH_PURLIN_CUDA_NCCL_FROM");
+  NcclTable::parse(nccl_table, world_);  // a typo fails where it was made (NOTE [protocol table])
+}
+
+CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+                     int device, AbortSignal* abort)
+    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)), abort_(abort) {
+  c10::cuda::CUDAGuard guard(device_);
+  // NOTE [setup agreement]: every rank reads its settings, then all state
+  // ok-or-why before the first exchange below waits on a peer.
+  cu::SymmetricWorkspace::Options opt;
+  std::string table_mine, my_error;
+  try {
+    read_settings(opt, table_mine);
+  } catch (const std::exception& e) {
+    my_error = e.what();
+  }
+  const Rendezvous rdv = store_rendezvous(store_, timeout_);
+  const std::string why = agree_on_setup(rdv, "purlin/cuda/setup/agree/", rank_, world_, my_error);
+  if (!why.empty()) throw std::runtime_error(why);
+  const int me = rank_, W = world_;
+  exchange_ = [rdv, me, W](const std::string& tag, const std::string& mine) {
+    return all_gather(rdv, "purlin/cuda/setup/" + tag + "/", me, W, mine);
+  };
+  std::unique_ptr<cu::SymmetricWorkspace> ws = cu::SymmetricWorkspace::create(opt, exchange_, &unavailable_);
+  if (!ws) {
+    if (env::get_bool("TORCH_PURLIN_LOG"))
+      std::fprintf(stderr, "[purlin] rank %d: CUDA datapath unavailable, CUDA tensors use NCCL: %s (logged once)\n",
+                   rank_, unavailable_.c_str());
+    return;
+  }
+  ws_ = std::move(ws);
+  internal_.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_));
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_);
+  store_plans_ = std::make_unique<cu::PlanStore>(
+      device_,
+      [side](size_t n) { return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(n, side.stream()); },
+      [](void* p) { c10::cuda::CUDACachingAllocator::raw_delete(p); });
+  cu::check(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming), "cudaEventCreate");
+  // The copy-engine Atom: used only if every rank can (the choice per
+  // collective must be the same on all ranks).
+  // The group uses the largest threshold any rank asks for; 0 anywhere: off.
+  // The Atom (and its watchdog thread) exists only where it is asked for.
+  std::unique_ptr<cu::CopyEngineAtom> ce;
+  if (ce_bytes_ > 0) ce = std::make_unique<cu::CopyEngineAtom>(ws_);
+  const int64_t mine = ce && ce->unavailable().empty() ? ce_bytes_ : 0;
+  bool all_ce = true;
+  for (const std::string& a : exchange_("copy-engine", std::to_string(mine))) {
+    const int64_t v = std::stoll(a);
+    all_ce &= v > 0;
+    ce_bytes_ = std::max(ce_bytes_, v);
+  }
+  // NOTE [protocol table]: every rank routes by rank 0's table (a rank's
+  // own value is still checked, so a typo fails where it was made).
+  const std::vector<std::string> tables = exchange_("nccl-table", table_mine);
+  nccl_table_ = NcclTable::parse(tables[0], world_);
+  if (tables[rank_] != tables[0])
+    std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_NCCL_FROM differs from rank 0's; using rank 0's '%s'\n",
+                 rank_, tables[0].c_str());
+  if (!ws_->shared_gpu().empty()) {  // NOTE [shared GPU]: NCCL refuses the group, so every size stays native
+    nccl_table_ = NcclTable{};
+    if (rank_ == 0 && env::get_bool("TORCH_PURLIN_LOG"))
+      std::fprintf(stderr, "[purlin] rank 0: %s (TORCH_PURLIN_CUDA_SHARE_GPU): every size runs natively, up to %d "
+                   "blocks per launch (logged once)\n", ws_->shared_gpu().c_str(), ws_->launch_config().max_blocks);
+  }
+  // Settings that hold only if every rank asks, in one exchange: NOTE [checked
+  // calls] (each rank's launches must exchange alike) and NOTE [local
+  // placement] (an agreeing rank would wait for the others' proposals).
+  const std::string asked = std::string(check_calls_ ? "1" : "0") + (pool_local_ ? "1" : "0");
+  std::string every = asked;
+  for (const std::string& a : exchange_("every-rank-settings", asked))
+    for (size_t i = 0; i < every.size(); ++i)
+      if (i >= a.size() || a[i] != '1') every[i] = '0';
+  auto settle = [&](bool* flag, size_t i, const char* setting, const char* instead) {
+    if (*flag && every[i] != '1' && env::get_bool("TORCH_PURLIN_LOG"))
+      std::fprintf(stderr, "[purlin] rank %d: %s here but not on every rank: %s (logged once)\n", rank_, setting,
+                   instead);
+    *flag = every[i] == '1';
+  };
+  settle(&check_calls_, 0, "TORCH_PURLIN_CUDA_CHECK_CALLS=1", "off");
+  settle(&pool_local_, 1, "TORCH_PURLIN_CUDA_POOL_PLACEMENT=local", "agreed placement");
+  if (all_ce) ce_ = std::move(ce);
+  else if (debug_ && mine > 0)
+    std::fprintf(stderr, "[purlin] rank %d: copy-engine Atom unavailable here or on a peer: %s\n", rank_,
+                 ce->unavailable().empty() ? "(a peer)" : ce->unavailable().c_str());
+  if (!ws_->wide_refusal().empty() && rank_ == 0 && env::get_bool("TORCH_PURLIN_LOG"))  // NOTE [wide lines]
+    std::fprintf(stderr, "[purlin] rank 0: narrow flagged lines only (TORCH_PURLIN_CUDA_LINE_FORMAT=auto): %s\n",
+                 ws_->wide_refusal().c_str());
+  // NOTE [device abort]: last, so a constructor that throws leaves nothing attached.
+  abort_word_ = &ws_->error_host()->abort_requested;
+  abort_->attach(abort_word_);
+  if (debug_)
+    std::fprintf(stderr, "[purlin] rank %d: CUDA workspace %lld bytes, up to %d blocks x %d threads (%s)\n", rank_,
+                 static_cast<long long>(ws_->workspace_bytes()), ws_->launch_config().max_blocks, ws_->threads(),
+                 ws_->config_name());
+}
+
+// Waits (bounded by the group timeout) for this group's last kernel, so the
+// plans and buffers freed next are no longer read; best effort at exit.
+CudaGroup::~CudaGroup() {
+  if (abort_word_) abort_->detach(abort_word_);  // the workspace (and the word) may outlive the group in a CudaWork
+  if (!ws_) return;
+  c10::cuda::CUDAGuard guard(device_);
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (have_last_ && cudaStreamIsCapturing(last_stream_, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone)
+    cudaStreamSynchronize(last_stream_);
+  if (order_event_) cudaEventDestroy(order_event_);
+  cudaGetLastError();
+}
+
+void CudaGroup::set_timeout(std::chrono::milliseconds t) {
+  timeout_ = t;
+  if (a2a_atom_) a2a_atom_->set_timeout(t);
+  if (pool_atom_) pool_atom_->set_timeout(t);
+}
+
+// NOTE [pool agreement on the host] Every block of the symmetric pool is
+// placed collectively (NOTE [pool agreement] in symmetric_pool.h): one or
+// more all-gathers of each rank's proposed offset. Through the Store each
+// costs a TCP round trip or more per rank, and FSDP2 with the process
+// group's allocator allocates several blocks per layer and step; the ranks of
+// a CUDA group share one host, so the proposals go through a shared-memory
+// arrival handshake instead (as all_to_all's split sizes: peer_meta()),
+// bounded by the group's timeout and naming the ranks that did not arrive.
+// Each message carries the pool's tag (call and attempt), so ranks that
+// allocate in different orders or sizes get an error, not a wrong block.
+std::vector<std::string> CudaGroup::pool_agree(const std::string& tag, const std::string& mine) {
+  constexpr size_t kBlob = 128;  // tag '\0' value '\0'
+  RECORD_FUNCTION("purlin::pool_agree", std::vector<c10::IValue>());  // the host wait for every rank, in profiles
+  if (!pool_broken_.empty()) throw std::runtime_error(pool_broken_);
+  if (!pool_atom_)
+    pool_atom_ =
+        make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_, timeout_), abort_->flag());
+  const uint64_t n = ++pool_seq_;
+  const atom::WaitSite site{"empty", "symmetric pool: agree on a block's offset with every rank", n};
+  try {
+    return snac::arrive_tagged(*pool_atom_, n, "symmetric pool step " + tag, mine, site,
+                               " (every rank must allocate the same sizes in the same order)");
+  } catch (const std::exception& e) {
+    pool_broken_ = e.what();
+    throw;
+  }
+}
+
+cu::SymmetricPool::AllGather CudaGroup::pool_exchange() {
+  return [this](const std::string& tag, const std::string& mine) { return pool_agree(tag, mine); };
+}
+
+std::shared_ptr<cu::SymmetricPool> CudaGroup::pool() {
+  if (pool_) return pool_;
+  if (!pool_error_.empty()) throw std::runtime_error(pool_error_);
+  c10::cuda::CUDAGuard guard(device_);
+  std::string why;
+  uint64_t* table = static_cast<uint64_t*>(ws_->self()) + ws_->layout().pool_table(0);
+  pool_ = cu::SymmetricPool::create(rank_, world_, device_, pool_bytes_, table,
+                                    exchange_, &why);
+  if (!pool_) {
+    pool_error_ = "purlin: the symmetric pool is unavailable: " + why;
+    throw std::runtime_error(pool_error_);
+  }
+  return pool_;
+}
+
+}  // namespace purlin::backend
+
+#endif  // PURLIN_WITH_CUDA

@@ -1,0 +1,196 @@
+// cuda_group.h — CudaGroup: one process group's CUDA state on one rank: the
+// symmetric workspace, the symmetric pool, the plan cache, the copy-engine
+// Atom, and the launches (internal to the CUDA glue; the backend sees only
+// cuda_engine.h's CudaPath). Defined in cuda_group.cc (setup, device errors,
+// pool), cuda_group_host_checks.cc, cuda_group_plans.cc, cuda_group_launch.cc.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "atom/cuda/host/ce_atom.h"
+#include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/device/plan_kernel.h"
+#include "atom/cuda/host/plan_store.h"
+#include "atom/cuda/host/symmetric_pool.h"
+#include "atom/cuda/host/symmetric_workspace.h"
+#include "backend/cuda/cuda_engine.h"
+#include "backend/host/protocol_table.h"
+#include "backend/host/request.h"
+#include "snac/plan.h"
+
+namespace purlin::atom {
+class CpuAtom;
+}
+
+namespace purlin::backend {
+
+namespace cu = purlin::atom::cuda;
+
+class CudaGroup {
+ public:
+  // Throws std::runtime_error naming every rank that could not set the group
+  // up (NOTE [setup agreement]); the store keys it used are then spent.
+  // `abort`: the group's abort request, for the host-side exchanges' waits and (its word attached
+  // while the group lives) the device waits (NOTE [shutdown and abort], [device abort]).
+  CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+            int device, AbortSignal* abort);
+  ~CudaGroup();
+
+  const std::string& unavailable() const { return unavailable_; }
+  int device() const { return device_; }
+  c10::cuda::CUDAStream internal_stream() const { return *internal_; }
+  void set_timeout(std::chrono::milliseconds t);
+
+  // Queues rq on `stream`; throws std::runtime_error / std::invalid_argument.
+  void launch(Request& rq, cudaStream_t stream);
+
+  // The group's symmetric pool, created by the first call (collective).
+  std::shared_ptr<cu::SymmetricPool> pool();
+  // What SymmetricPool::allocate agrees through (NOTE [pool agreement on the host]).
+  cu::SymmetricPool::AllGather pool_exchange();
+  // Whether blocks are placed locally, with no exchange (NOTE [local placement] in symmetric_pool.h).
+  bool pool_local() const { return pool_local_; }
+  const cu::SymmetricWorkspace::AllGather& exchange() const { return exchange_; }
+  const LastLaunch& last_launch() const { return last_; }
+  ProtocolCounts protocol_counts() const;
+  // NOTE [protocol table] (backend/host/protocol_table.h): bytes from which `op` runs
+  // on NCCL (0: never), as agreed by the group at setup.
+  int64_t nccl_from(const std::string& op) const { return nccl_table_.from(op); }
+  // Records that the group's latest collective was served by NCCL.
+  void note_nccl() { last_ = LastLaunch{"nccl", -1, 0}; }
+
+  // "" or the recorded device timeout, for CudaWork.
+  std::function<std::string()> error_source() const {
+    auto ws = ws_;
+    auto timeout = timeout_;
+    return [ws, timeout]() { return ws ? read_error(*ws, timeout) : std::string(); };
+  }
+
+ private:
+  struct CachedPlan {
+    cu::DevicePlan plan;
+    std::unique_ptr<cu::InlinePlan> inl;  // when it fits
+    cu::DevicePlanRef dev;                // otherwise
+    bool reduces = false;
+    snac::Plan snac_plan;                 // for the copy-engine Atom (copy specs)
+    int64_t spec_bytes = 0;               // bytes the Spec moves: rank-invariant
+    int blocks = 1;                       // launch_config().blocks_for(spec_bytes), or the line shape's
+    int threads = 512;                    // per block (NOTE [narrow line shape])
+    uint64_t sig = 0;                     // NOTE [call tags]: Spec + dtype + zero-copy
+    bool lines = false;                   // runs on flagged lines (NOTE [line plans])
+    bool wide = false;                    // ... wide ones (NOTE [wide lines])
+    bool parity = false;                  // a parity plan (NOTE [parity plans])
+    std::string protocol;                 // for last_launch()
+    const std::string* protocol_name = nullptr;  // the same, in protocol_names_ (protocol_counts())
+  };
+
+  // request.h's IoAlias of rq (and its shift), in the device lowering's terms.
+  static cu::IoAlias alias_of(const Request& rq, int64_t* shift = nullptr);
+  // "" or the RuntimeError text of the device error recorded in ws.
+  static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout);
+  void read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table);
+  // NOTE [eager host path] The last plan plan_for() returned for each
+  // (zero_copy, region), and the arguments it was for: a run of one
+  // collective (the eager loop, a training step's all_reduce of one bucket
+  // size) finds its plan without exchanging metadata, building the cache key
+  // string or hashing it. Every field plan_key() and plan_for() read from the
+  // call is compared; all_to_all (its splits are exchanged on every call)
+  // and custom specs never take it.
+  struct PlanMemo {
+    const CachedPlan* plan = nullptr;
+    CollOp op = CollOp::Barrier;
+    DType dtype = DType::Float32;
+    int root = 0;
+    int64_t in_numel = 0, out_numel = 0, shift = 0;
+    cu::IoAlias alias = cu::IoAlias::Disjoint;
+  };
+
+  std::vector<PeerMeta> peer_meta(const Request& rq);
+  atom::CpuAtom& host_atom();  // the shared-memory arrival of this group's hosts, made on first use
+  void ce_check(const Request& rq, uint64_t sig);  // NOTE [copy-engine call check] (cuda_group_host_checks.cc)
+  void settle_local_error(const Request& rq);     // NOTE [one-sided local errors] (cuda_group_host_checks.cc)
+  std::vector<std::string> pool_agree(const std::string& tag, const std::string& mine);
+  // `all`: every rank's arguments (peer_meta()), or empty: filled here when needed.
+  const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
+                             bool peer_outputs = false);
+  const CachedPlan& plan_for_key(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
+                                 bool peer_outputs, cu::IoAlias alias, int64_t shift);
+  bool region_wanted(const Request& rq) const;
+  void order_after_last(cudaStream_t s);
+  // Counts a launch of `name` (a Request::name literal) running `protocol` (in protocol_names_).
+  void count_launch(const char* name, const std::string* protocol);
+  bool zero_copy_allowed(const Request& rq) const;
+  bool peer_outputs_allowed(const Request& rq) const;
+  bool two_shot(const Request& rq) const;
+  // NOTE [copy-engine zero-copy] (ce_atom.h): whether a collective whose
+  // output is in the pool at out_offset can pull from its peers' inputs, and
+  // rank 0's input offset (rank q's: + q * the input's bytes in place).
+  bool ce_sources_in_pool(const Request& rq, int64_t out_offset, int64_t* in_offset) const;
+  // Enqueues `c` (a pull plan) on the copy-engine Atom; in_offset >= 0: a
+  // zero-copy plan reading the peers' inputs from the pool.
+  void launch_copy_engine(const Request& rq, const CachedPlan& c, int64_t in_offset, cudaStream_t stream);
+
+  int rank_, world_, device_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  AbortSignal* abort_;
+  volatile uint32_t* abort_word_ = nullptr;  // attached to abort_ at the end of the constructor
+  std::string unavailable_;
+  std::shared_ptr<cu::SymmetricWorkspace> ws_;
+  std::optional<c10::cuda::CUDAStream> internal_;
+  std::unique_ptr<cu::PlanStore> store_plans_;
+  std::unordered_map<std::string, std::unique_ptr<CachedPlan>> plans_;
+  PlanMemo memo_[5];  // by zero_copy * 2 + region; [4]: peer outputs
+  const char* last_name_ = nullptr;  // the last launch's Request::name and its interned id
+  uint16_t last_name_id_ = 0;
+  std::string broken_;
+  std::string local_error_;  // NOTE [one-sided local errors]: the last call's local argument error, not yet settled
+  int64_t two_shot_bytes_ = 0;
+  bool push_copies_ = true, push_reductions_ = true, push_reduced_ = true;  // TORCH_PURLIN_CUDA_PUSH (NOTE [push])
+  bool match_waits_ = true;  // NOTE [matched waits] (snac/plan.h)
+  bool debug_ = false;
+  bool check_calls_ = false;  // NOTE [checked calls]: TORCH_PURLIN_CUDA_CHECK_CALLS on every rank
+  bool pool_local_ = false;   // TORCH_PURLIN_CUDA_POOL_PLACEMENT=local on every rank (NOTE [local placement])
+  bool overlap_ = false;  // NOTE [overlapped launch]: TORCH_PURLIN_CUDA_PDL on an sm_90+ GPU
+  std::unique_ptr<atom::CpuAtom> a2a_atom_;  // all_to_all split exchange (shm_group.h), on first use
+  uint64_t a2a_seq_ = 0;
+  std::unique_ptr<atom::CpuAtom> pool_atom_;  // pool offset agreement (shm_group.h), on first allocation
+  uint64_t pool_seq_ = 0;
+  std::string pool_broken_;  // a failed agreement: later allocations raise it
+  cudaStream_t last_stream_ = nullptr;
+  bool have_last_ = false;
+  cudaEvent_t order_event_ = nullptr;
+  cu::SymmetricWorkspace::AllGather exchange_;
+  std::shared_ptr<cu::SymmetricPool> pool_;
+  std::string pool_error_;
+  int64_t pool_bytes_ = 0;  // TORCH_PURLIN_CUDA_POOL_BYTES when the group was created (the pool is made on first use)
+  std::unique_ptr<cu::CopyEngineAtom> ce_;  // null unless every rank can use it
+  int64_t ce_bytes_ = 0;
+  std::vector<void*> ce_peer_inputs_;  // launch_copy_engine's table, reused
+  LastLaunch last_;
+  // protocol_counts(): launches by (Request::name, the protocol's name in
+  // protocol_names_, whose nodes outlive any evicted plan); names are
+  // literals, so a launch costs a pointer-pair hash, not string work
+  // (NOTE [eager host path]).
+  struct PtrPairHash {
+    size_t operator()(const std::pair<const void*, const void*>& k) const {
+      return std::hash<const void*>()(k.first) * 31 + std::hash<const void*>()(k.second);
+    }
+  };
+  std::unordered_map<std::pair<const void*, const void*>, int64_t, PtrPairHash> launches_;
+  std::set<std::string> protocol_names_;
+  NcclTable nccl_table_;
+};
+
+}  // namespace purlin::backend

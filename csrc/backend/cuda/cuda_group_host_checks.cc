@@ -1,0 +1,113 @@
+// cuda_group_host_checks.cc — CudaGroup's agreements between the ranks on
+// the host, through a shared-memory arrival (shm_group.h) rather than the
+// Store: all_to_all's split sizes and NOTE [checked calls] (peer_meta), the
+// copy-engine call check, and the settling of a one-sided local error.
+#ifdef PURLIN_WITH_CUDA
+
+#include "atom/cpu/cpu_atom.h"
+#include "backend/cuda/cuda_group.h"
+#include "backend/host/shm_group.h"
+#include "backend/c10d/store_rendezvous.h"
+#include "snac/arrival.h"
+
+namespace purlin::backend {
+
+atom::CpuAtom& CudaGroup::host_atom() {
+  if (!a2a_atom_)
+    a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_,
+                               store_rendezvous(store_, timeout_), abort_->flag());
+  return *a2a_atom_;
+}
+
+// NOTE [copy-engine call check] The plan kernel checks on the GPU that the
+// ranks made the same call (NOTE [call tags]); the copy engines cannot:
+// stream memory operations only wait for a value >= v (an equality check
+// built from two such waits left both ranks' streams blocked past the
+// watchdog on one shared H200, session 17). So every copy-engine collective
+// first exchanges its signature (what the call tag hashes: the Spec, dtype
+// and options, and the pool offsets of zero-copy inputs) through the host's
+// shared-memory arrival, microseconds beside the large collectives this path
+// serves. A difference raises on every rank before anything is enqueued (the
+// group stays usable); a rank that never comes is a timeout naming it.
+void CudaGroup::ce_check(const Request& rq, uint64_t sig) {
+  const uint64_t n = ++a2a_seq_;
+  const atom::WaitSite site{rq.name, "copy engine: check the call's arguments with every rank", n};
+  std::vector<std::string> all;
+  try {
+    all = snac::arrive_tagged(host_atom(), n, std::string("ce:") + rq.name, std::to_string(sig), site,
+                              " (collectives called in different orders, or on different paths)");
+  } catch (const atom::TimeoutError& e) {
+    broken_ = e.what();
+    throw std::runtime_error(e.what());
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(error_prefix(rq.name, rank_) + e.what());
+  }
+  for (int r = 0; r < world_; ++r)
+    if (all[r] != all[rank_])
+      throw std::invalid_argument(error_prefix(rq.name, rank_) + "rank " + std::to_string(r) +
+                                  " called this collective with other arguments (copy engine: another Spec, dtype "
+                                  "or pool offsets; NOTE [copy-engine call check]); nothing was enqueued");
+}
+
+// NOTE [one-sided local errors] A CUDA collective's local argument checks
+// (sizes, dtypes, roots) raise on this rank at once, without asking the peers:
+// asking would cost every call a host exchange (NOTE [checked calls]). When
+// every rank made the same mistake, every rank raised and the group goes on in
+// step. When only this rank did, the others entered the collective and wait
+// for it on the GPU, and this rank's next collective would meet their data
+// from that call (an H200 run returned a wrong sum so, session 18). So the
+// next collective after a local error first asks every rank on the host
+// whether it raised at that same call: if all did, nothing else happens; a
+// rank that does not come within the group's timeout entered the collective,
+// and the group is unusable here as it is there (the others' device waits
+// time out naming this rank).
+void CudaGroup::settle_local_error(const Request& rq) {
+  const std::string what = std::move(local_error_);
+  local_error_.clear();
+  const uint64_t n = ++a2a_seq_;
+  const atom::WaitSite site{rq.name, "after a local argument error: check that every rank raised it too", n};
+  try {
+    // host_atom() is made with every rank on first use: a rank that entered the erroneous call is not there
+    // either (the set-up's wait names it, store_rendezvous.h)
+    snac::arrive_tagged(host_atom(), n, "local argument error", "raised", site,
+                        " (the ranks raised at different calls)");
+  } catch (const std::runtime_error& e) {  // atom::TimeoutError too: a rank entered the erroneous call
+    broken_ = "an earlier call raised an argument error on this rank only (" + what +
+              "), while other ranks entered that collective: " + e.what();
+    throw std::runtime_error(error_prefix(rq.name, rank_) + broken_);
+  }
+}
+
+std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
+  const std::vector<std::byte> blob = encode_meta(rq, world_);
+  const PeerMeta mine = decode_meta(blob.data(), world_);
+  if (rq.op != CollOp::AllToAll && !check_calls_) return std::vector<PeerMeta>(world_, mine);
+  // all_to_all: the plan needs every rank's splits. They are exchanged on the
+  // host through a shared-memory arrival handshake (NOTE [arrival]; the ranks
+  // of a CUDA group share one host), microseconds instead of a Store round trip.
+  // NOTE [checked calls] With TORCH_PURLIN_CUDA_CHECK_CALLS every collective
+  // exchanges its arguments so, and check_agreement() names any difference
+  // before anything is launched: also the mismatched calls that the call tags
+  // cannot name because the ranks' sizes chose different protocols (lines,
+  // parity or workspace plans, different block counts), which otherwise wait
+  // for flags that never come until the group's timeout.
+  host_atom();
+  const uint64_t n = ++a2a_seq_;
+  const atom::WaitSite site{rq.name, rq.op == CollOp::AllToAll ? "all_to_all: exchange split sizes with every rank"
+                                                               : "check the call's arguments with every rank", n};
+  std::vector<PeerMeta> all;
+  try {
+    for (const std::byte* b : snac::arrive(*a2a_atom_, n, blob.data(), blob.size(), site))
+      all.push_back(decode_meta(b, world_));
+  } catch (const atom::TimeoutError& e) {
+    broken_ = e.what();
+    throw std::runtime_error(e.what());
+  }
+  const std::string why = check_agreement(all, rank_);
+  if (!why.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + why);
+  return all;
+}
+
+}  // namespace purlin::backend
+
+#endif  // PURLIN_WITH_CUDA

@@ -1,0 +1,206 @@
+// cuda_group_launch.cc — CudaGroup::launch: the ordering of a group's
+// launches across streams, the plan kernel's launch, the copy-engine Atom's
+// (with its zero-copy sources), and the per-protocol launch counts.
+#ifdef PURLIN_WITH_CUDA
+
+#include <algorithm>
+
+#include "atom/cuda/host/cuda_check.h"
+#include "backend/cuda/cuda_group.h"
+
+namespace purlin::backend {
+
+// In-place all_gather by its layout, alike on every rank (rank 0's input
+// starts where its output does: alias Same there, Shifted elsewhere).
+static bool in_place_all_gather(const Request& rq, int rank, int world) {
+  const size_t bytes = static_cast<size_t>(rq.in_numel) * dtype_size(rq.dtype);
+  return rq.op == CollOp::AllGather && !rq.custom && rq.out_numel == rq.in_numel * world &&
+         static_cast<const char*>(rq.in) == static_cast<const char*>(rq.out) + static_cast<size_t>(rank) * bytes;
+}
+
+// NOTE [copy-engine zero-copy]: the copy engines only pull, so a copy
+// collective whose output is in the pool (where the kernel would write into
+// the peers' outputs, NOTE [peer outputs]) reads the peers' inputs instead
+// when those are in the pool too: in-place all_gather (rank q's input is
+// slot q of its output: nobody else writes it) and in-place broadcast (only
+// the root's buffer is read), or any input in a pool block of its own. Every
+// rank judges alike by the contract of torch_purlin.empty (pool tensors on
+// every rank, at the same offsets), which the call check enforces.
+bool CudaGroup::ce_sources_in_pool(const Request& rq, int64_t out_offset, int64_t* in_offset) const {
+  if (in_place_all_gather(rq, rank_, world_)) {
+    *in_offset = out_offset;  // rank q's input: out_offset + q * its bytes
+    return true;
+  }
+  if (!zero_copy_allowed(rq)) return false;  // NOTE [zero-copy in place]
+  if (alias_of(rq) == cu::IoAlias::Same) {   // in-place broadcast: the input is the pool output
+    *in_offset = out_offset;
+    return true;
+  }
+  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
+  *in_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * esize));
+  return *in_offset >= 0;
+}
+
+void CudaGroup::launch_copy_engine(const Request& rq, const CachedPlan& c, int64_t in_offset, cudaStream_t stream) {
+  cu::CeCall call;
+  call.plan = &c.snac_plan;
+  call.input = rq.in;
+  call.output = rq.out;
+  call.dtype = rq.dtype;
+  call.op_name = rq.name;
+  call.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
+  call.stream = stream;
+  // NOTE [copy-engine call check]: what the kernel's call tag covers, and the place of the inputs.
+  uint64_t sig = c.sig;
+  if (in_offset >= 0) {
+    const bool slots = in_place_all_gather(rq, rank_, world_);  // rank q's input is its output's slot q
+    const int64_t stride = slots ? rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype)) : 0;
+    ce_peer_inputs_.resize(static_cast<size_t>(world_));
+    for (int q = 0; q < world_; ++q) ce_peer_inputs_[q] = pool_->base_of(q) + in_offset + q * stride;
+    call.peer_inputs = ce_peer_inputs_.data();
+    sig ^= static_cast<uint64_t>(in_offset + 1) * 0x100000001b3ull ^ (slots ? 0x5100000000000000ull : 0);
+  }
+  ce_check(rq, sig);
+  const char* protocol = in_offset >= 0 ? "copy-engine+zero-copy" : "copy-engine";
+  last_ = LastLaunch{protocol, 0, 0, false};
+  count_launch(rq.name, &*protocol_names_.insert(protocol).first);
+  const std::string err = ce_->enqueue(call);
+  if (!err.empty()) {
+    broken_ = err;
+    throw std::runtime_error(error_prefix(rq.name, rank_) + err);
+  }
+}
+
+// NOTE [stream order] Kernels of one group must not overlap on a rank (they
+// share the workspace and epochs). Launches on one stream are ordered by it;
+// when a launch goes to another stream than the previous one (current vs
+// internal stream, or the user switched streams), the new stream first waits
+// for everything queued so far on the old one. Not across graph capture
+// boundaries: inside a captured graph the capture's own order applies.
+void CudaGroup::order_after_last(cudaStream_t s) {
+  if (have_last_ && last_stream_ != s) {
+    cudaStreamCaptureStatus a = cudaStreamCaptureStatusNone, b = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(last_stream_, &a);
+    cudaStreamIsCapturing(s, &b);
+    if (a == cudaStreamCaptureStatusNone && b == cudaStreamCaptureStatusNone) {
+      cu::check(cudaEventRecord(order_event_, last_stream_), "cudaEventRecord");
+      cu::check(cudaStreamWaitEvent(s, order_event_, 0), "cudaStreamWaitEvent");
+    }
+    cudaGetLastError();
+  }
+  last_stream_ = s;
+  have_last_ = true;
+}
+
+void CudaGroup::launch(Request& rq, cudaStream_t stream) {
+  if (!broken_.empty())
+    throw std::runtime_error(error_prefix(rq.name, rank_) + "the group is unusable after an earlier failure: " + broken_);
+  const std::string err = read_error(*ws_, timeout_);
+  if (!err.empty()) {
+    broken_ = err;
+    throw std::runtime_error(err);
+  }
+  if (!local_error_.empty()) settle_local_error(rq);
+  // Every rank's arguments: exchanged on every all_to_all (its splits) and,
+  // with NOTE [checked calls], on every collective; else this rank's own,
+  // made by plan_for() only when its plan is not memoized. An exchange
+  // carries this rank's argument error too, so every rank raises it.
+  std::vector<PeerMeta> all;
+  const bool exchanged = rq.op == CollOp::AllToAll || check_calls_;
+  if (exchanged) all = peer_meta(rq);
+  if (!rq.error.empty()) {
+    const std::string what = error_prefix(rq.name, rank_) + rq.error;
+    if (!exchanged) local_error_ = what;  // the peers did not see it: NOTE [one-sided local errors]
+    throw std::invalid_argument(what);
+  }
+  // NOTE [zero-copy]: an input in the symmetric pool is read in place by the
+  // peers (who must pass theirs at the same offset: NOTE [call tags]).
+  // Small collectives run on flagged lines, mid-sized ones as parity plans,
+  // when their plan qualifies (NOTE [line plans], [parity plans]; plan_for
+  // decides on the Spec); zero-copy is not tried for them. A region request
+  // that does not qualify returns the workspace plan, used as it is unless
+  // the input is in the pool.
+  const CachedPlan* cp = region_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
+  int64_t pool_offset = -1, out_offset = -1;
+  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
+  if (pool_ && !(cp && (cp->lines || cp->parity))) {
+    if (peer_outputs_allowed(rq))  // NOTE [peer outputs] first: pure writers
+      out_offset = pool_->offset_of(rq.out, std::max<int64_t>(1, rq.out_numel * esize));
+    if (out_offset < 0 && zero_copy_allowed(rq))
+      pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * esize));
+  }
+  if (out_offset >= 0) cp = &plan_for(rq, all, false, false, true);
+  else if (!cp || pool_offset >= 0) cp = &plan_for(rq, all, pool_offset >= 0, false);
+  const CachedPlan& c = *cp;
+  if (c.plan.rounds == 0) return;  // nothing moves on any rank
+  // The caller (CudaPath::run) holds a CUDAGuard on this group's device.
+  order_after_last(stream);
+  // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
+  // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).
+  if (ce_ && !c.lines && !c.parity && !c.reduces && c.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
+    const CachedPlan* ce_plan = &c;
+    int64_t in_offset = pool_offset;  // rank 0's input offset; every rank's, but in place all_gather's
+    if (out_offset >= 0 && ce_sources_in_pool(rq, out_offset, &in_offset))
+      ce_plan = &plan_for(rq, all, true, false);  // NOTE [copy-engine zero-copy]: pull, not write
+    if (out_offset < 0 || ce_plan != &c) {
+      launch_copy_engine(rq, *ce_plan, in_offset, stream);
+      return;
+    }
+  }
+  cu::PlanLaunch l;
+  l.ops = c.dev.ops;
+  l.srcs = c.dev.srcs;
+  l.inline_plan = c.inl.get();
+  l.n_ops = static_cast<int>(c.plan.ops.size());
+  l.n_srcs = static_cast<int>(c.plan.srcs.size());
+  l.steps = c.plan.steps;
+  l.local_syncs = c.plan.local_syncs;
+  l.reduces = c.reduces;
+  l.input = rq.in;
+  l.output = rq.out;
+  l.self = ws_->self();
+  l.layout = ws_->layout();
+  l.err = ws_->error_device();
+  l.rank = rank_;
+  l.dtype = rq.dtype;
+  l.redop = rq.redop;
+  l.scale = rq.scale;
+  l.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
+  if (rq.name != last_name_) {  // NOTE [eager host path]: names are literals; intern each run of one once
+    last_name_ = rq.name;
+    last_name_id_ = cu::intern_name(rq.name);
+  }
+  l.op_name = last_name_id_;
+  l.threads = c.threads;
+  l.blocks = c.blocks;
+  l.lines = c.lines;
+  l.wide_lines = c.wide;
+  l.parity = c.parity;
+  l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0) ^
+               (out_offset >= 0 ? static_cast<uint64_t>(out_offset) * 0x9E3779B97F4A7C15ull : 0);
+  l.input_pool_offset = pool_offset;
+  l.output_pool_offset = out_offset;
+  l.overlap = overlap_;
+  last_.protocol = c.protocol;  // assigned in place: no allocation once the string has room
+  last_.blocks = c.blocks;
+  last_.threads = l.threads;
+  last_.overlapped = overlap_;
+  count_launch(rq.name, c.protocol_name);
+  const cudaError_t e = cu::launch_plan(l, stream);
+  if (e != cudaSuccess) throw std::runtime_error(error_prefix(rq.name, rank_) + cu::cuda_error_text(e, "launching the plan kernel"));
+}
+
+void CudaGroup::count_launch(const char* name, const std::string* protocol) {
+  ++launches_[{name, protocol}];
+}
+
+ProtocolCounts CudaGroup::protocol_counts() const {
+  ProtocolCounts out;
+  for (const auto& [key, n] : launches_)
+    out[static_cast<const char*>(key.first)][*static_cast<const std::string*>(key.second)] += n;
+  return out;
+}
+
+}  // namespace purlin::backend
+
+#endif  // PURLIN_WITH_CUDA
