@@ -12,7 +12,8 @@ host=(csrc/atom/cuda/host/*.cc csrc/atom/cuda/protocol/*.cc)
 if [ ${#kernels[@]} -eq 0 ]; then echo "compile_cuda: no CUDA sources"; exit 0; fi
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 if [ ! -x "$NVCC" ]; then echo "compile_cuda: nvcc not found, CUDA sources NOT compiled"; exit 1; fi
-CUDA_INC=$(dirname "$(dirname "$(readlink -f "$NVCC")")")/include
+CUDA_INC="${CUDA_HOME:-/usr/local/cuda}/include"
+[ -f "$CUDA_INC/cuda_runtime.h" ] || CUDA_INC=$(dirname "$(dirname "$(readlink -f "$NVCC")")")/include
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # The plan and line kernels also report their stack frames (ptxas -v): on sm_90 none may keep one
