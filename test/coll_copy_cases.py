@@ -126,6 +126,21 @@ class CopyCases:
                                            input_split_sizes=n[rank])
                 assert_exact(out, flat, f"{ctx} (single) splits {n}")
 
+            # NOTE [in-place all_to_all] (backend_ops.cc): one buffer as input and output, its input slots
+            # of other sizes than its output slots (a circulant: every rank sends and receives as many in
+            # all); past the workspace, so a plan in rounds would overwrite input not yet sent.
+            if self.gloo_skip("all_to_all in place", dtype):
+                continue
+            seed = self.next_seed()
+            c = [3000 * (1 + k % 3) + k for k in range(ws)]
+            n = [[c[(d - s) % ws] for d in range(ws)] for s in range(ws)]
+            chunk = lambda s, d: make_input(seed, s * 64 + d, (n[s][d],), dtype)  # noqa: E731
+            buf = torch.cat([chunk(rank, d) for d in range(ws)])
+            dist.all_to_all_single(buf, buf, output_split_sizes=[n[s][rank] for s in range(ws)],
+                                   input_split_sizes=n[rank])
+            assert_exact(buf, torch.cat([chunk(s, rank) for s in range(ws)]),
+                         self.ctx("all_to_all in place", dtype=dtype) + f" splits {n}")
+
     def run_rooted_copies(self):
         ws, rank = self.world_size, self.rank
         for i, dtype in enumerate(ALL_DTYPES):

@@ -340,6 +340,14 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall_base(at::Tensor& output, 
   rq.in_splits = splits(input, input_split_sizes, "input");
   rq.out_splits = splits(output, output_split_sizes, "output");
   at::Tensor in = flat_of(input);
+  // NOTE [in-place all_to_all] One buffer as input and output with other
+  // input than output slots (uneven splits): a plan of several rounds would
+  // write output slots over input pieces of later rounds not yet staged, so
+  // the call runs from a copy of its input. (Equal slots are safe in place:
+  // round j writes only what round j staged. test/cpp/test_plan_symmetry.cc.)
+  if (rq.in_splits != rq.out_splits && input.numel() > 0 && output.numel() > 0 &&
+      output.data_ptr() == input.data_ptr())
+    in = input.contiguous().clone();
   std::vector<at::Tensor> outs{output};
   at::Tensor out = flat_out_for(outs, output.numel(), in);
   return run_flat(rq, in, out, outs);
