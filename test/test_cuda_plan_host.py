@@ -1,9 +1,10 @@
 """The CUDA datapath's plan protocol, emulated on the CPU (no GPU, no torch extension).
 
-Builds test/cpp/test_cuda_plan_emulation.cc with g++ (device_plan.cc holds
-host code only, compiled as C++) and runs it: W ranks x G blocks as threads
-interpret lowered SNAC plans exactly as plan_kernel.cuh does, across
-hundreds of back-to-back collectives, and every output is checked.
+Builds test/cpp/test_cuda_plan_emulation.cc with g++ (the Atom's host code
+and its protocol choice compile as C++) and runs it: W ranks x G blocks as
+threads interpret lowered SNAC plans exactly as plan_kernel.cuh does, across
+hundreds of back-to-back collectives, and every output is checked. And
+test_plan_symmetry.cc: every rank of every identical call chooses alike.
 """
 import pathlib
 import shutil
@@ -12,21 +13,32 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SOURCES = ["csrc/snac/planner.cc", "csrc/snac/matched_waits.cc", "csrc/snac/spec.cc", "csrc/snac/collectives.cc", "csrc/common/types.cc",
-           "test/cpp/test_cuda_plan_emulation.cc"]
+SNAC = ["csrc/snac/planner.cc", "csrc/snac/matched_waits.cc", "csrc/snac/spec.cc", "csrc/snac/spec_traits.cc",
+        "csrc/snac/collectives.cc", "csrc/common/types.cc"]
+# The CUDA protocol choice as the product makes it (NOTE [protocol choice]): the Atom's host code, compiled as
+# C++, and the backend's torch-free request and symmetric-use rules.
+CHOICE = ["csrc/backend/host/request.cc", "csrc/backend/host/symmetric_use.cc", "-x", "c++",
+          "csrc/atom/cuda/host/device_plan.cc", "csrc/atom/cuda/protocol/launch_config.cc",
+          "csrc/atom/cuda/protocol/launch_config_sm90.cc", "csrc/atom/cuda/protocol/protocol_choice.cc", "-x", "none"]
+
+
+def build(out_dir, test, sources, libs=()):
+    """Builds test/cpp/<test>.cc with `sources` (paths from the repository root, or g++ flags)."""
+    if not shutil.which("g++"):
+        pytest.skip("g++ is required")
+    exe = out_dir / test
+    cmd = ["g++", "-O2", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"),
+           *[s if s.startswith("-") or s in ("c++", "none") else str(ROOT / s) for s in sources],
+           str(ROOT / "test/cpp" / f"{test}.cc"), *libs, "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    return exe
 
 
 def run_host_unit(tmp_path, test, cu_sources, libs=()):
     """Builds test/cpp/<test>.cc with csrc/atom/cuda/<cu_sources> (host code, paths under csrc/atom/cuda) and runs
     it; returns its stdout after checking that it built and exited 0."""
-    if not shutil.which("g++"):
-        pytest.skip("g++ is required")
-    exe = tmp_path / test
-    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), "-x", "c++",
-           *[str(ROOT / "csrc/atom/cuda" / c) for c in cu_sources], "-x", "none", str(ROOT / "test/cpp" / f"{test}.cc"),
-           *libs, "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    exe = build(tmp_path, test, ["-x", "c++", *[f"csrc/atom/cuda/{c}" for c in cu_sources], "-x", "none"], libs)
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
@@ -34,15 +46,21 @@ def run_host_unit(tmp_path, test, cu_sources, libs=()):
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
-    if not shutil.which("g++"):
-        pytest.skip("g++ is required")
-    exe = tmp_path_factory.mktemp("cuda_plan") / "test_cuda_plan_emulation"
-    cmd = ["g++", "-O2", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"),
-           "-x", "c++", str(ROOT / "csrc/atom/cuda/host/device_plan.cc"), "-x", "none",
-           *[str(ROOT / s) for s in SOURCES], "-pthread", "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
-    return exe
+    return build(tmp_path_factory.mktemp("cuda_plan"), "test_cuda_plan_emulation", SNAC + CHOICE, ["-pthread"])
+
+
+def test_plan_symmetry(tmp_path):
+    """NOTE [symmetric use is rank-invariant], [protocol choice]: for every built-in collective x pool or plain
+    x in place or not x every root x every size class x worlds 2-8, every rank derives the same call tag and
+    block count, and the plans the ranks chose, run together, give the Spec's result."""
+    exe = build(tmp_path, "test_plan_symmetry", SNAC + CHOICE)
+    r = subprocess.run([str(exe), "8"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("0 failed"), r.stdout[-4000:] + r.stderr
+    # Every protocol class ran, and reduce read the pool in place (the 20 MB reduce of the pool that once
+    # sent its root and its peers to different plans).
+    for proto in ("+lines", "+wide-lines", "+parity", "one-shot+push", "copy+push", "one-shot+zero-copy",
+                  "copy+zero-copy", "copy+peer-outputs", "two-shot+zero-copy"):
+        assert proto in r.stdout, (proto, r.stdout[-2000:])
 
 
 def test_plan_protocol_emulation(emulator):
@@ -58,13 +76,7 @@ def test_plan_protocol_emulation(emulator):
 def test_matched_wait_plans(tmp_path):
     """NOTE [matched waits] on large plans as the CUDA datapath makes them: every Wait matched where rounds
     are equal, catch-ups only where an op meets a shorter round, nothing matched without the option."""
-    if not shutil.which("g++"):
-        pytest.skip("g++ is required")
-    exe = tmp_path / "test_matched_waits"
-    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"),
-           *[str(ROOT / s) for s in SOURCES[:-1]], str(ROOT / "test/cpp/test_matched_waits.cc"), "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    exe = build(tmp_path, "test_matched_waits", SNAC)
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip().endswith("0 failed") and "FAIL" not in r.stdout, r.stdout + r.stderr
 
@@ -113,14 +125,7 @@ def test_host_executor_peer_refs(tmp_path):
     """snac::execute on plans naming other ranks' buffers (NOTE [zero-copy], [peer outputs]) as the copy-engine
     Atom runs them (NOTE [copy-engine zero-copy]): W threads as ranks, every output checked; without the peer
     tables such a plan is refused, never run on this rank's own buffers."""
-    if not shutil.which("g++"):
-        pytest.skip("g++ is required")
-    exe = tmp_path / "test_host_executor"
-    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-pthread", "-I", str(ROOT / "csrc"),
-           *[str(ROOT / s) for s in SOURCES[:-1]], str(ROOT / "csrc/snac/executor.cc"), str(ROOT / "csrc/atom/atom.cc"),
-           str(ROOT / "test/cpp/test_host_executor.cc"), "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
+    exe = build(tmp_path, "test_host_executor", SNAC + ["csrc/snac/executor.cc", "csrc/atom/atom.cc"], ["-pthread"])
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip().endswith("0 failed") and "FAIL" not in r.stdout, r.stdout + r.stderr
     assert r.stdout.count("ok   all_gather in place reading peer inputs") == 3, r.stdout

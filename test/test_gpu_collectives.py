@@ -580,7 +580,8 @@ def _worker(rank, world, init_file, log_path):
         assert torch.all(x == W)
 
     R.check("malformed setting on the last rank", setup_agreement_case, "TORCH_PURLIN_CUDA_LINE_FORMAT", "bogus")
-    R.check("malformed PUSH list on the last rank", setup_agreement_case, "TORCH_PURLIN_CUDA_PUSH", "copies,bogus")
+    R.check("malformed pool placement on the last rank", setup_agreement_case, "TORCH_PURLIN_CUDA_POOL_PLACEMENT",
+            "bogus")
 
     # -- counters: every native op above ran natively ---------------------------------------------------
     R.family = "counters"
@@ -824,7 +825,7 @@ def _worker(rank, world, init_file, log_path):
         if op == "all_reduce":  # in place: zero-copy only as two-shot (NOTE [zero-copy in place])
             t = sym(n, dtype, xs[rank])
             dist.all_reduce(t, group=zc)
-            # TORCH_PURLIN_CUDA_PUSH=all (default): two-shot pushes the reduced slices (NOTE [push])
+            # two-shot pushes the reduced slices (NOTE [push])
             want_proto = "two-shot+zero-copy+push-reduced" if n * t.element_size() >= 8 << 20 else "one-shot+push"
             assert torch_purlin.last_launch(zc)["protocol"] == want_proto, torch_purlin.last_launch(zc)
             if nccl is not None:
@@ -870,6 +871,39 @@ def _worker(rank, world, init_file, log_path):
         for n in (1, 4098, 1_000_002) if op != "all_reduce" else (1000, two_shot_n):
             for dtype in (torch.bfloat16, torch.float32):
                 R.check(f"{op} n={n} {dtype}", zero_copy_case, op, n, dtype)
+
+    # reduce and gather from the pool, every root: each rank decides zero-copy alone, so the decision must not
+    # depend on its own aliasing (the root passes its buffer as input and output, its peers an input only:
+    # NOTE [symmetric use is rank-invariant]); deciding by it once sent a 20 MB reduce's root to a staged plan
+    # and its peers to zero-copy plans: a wrong result and a call-tag error at the next call.
+    def rooted_from_pool(op, n, dtype, redop, root, group):
+        xs = inputs(n, dtype, redop)
+        t = torch_purlin.empty(n, dtype=dtype, device=dev, group=group)
+        t.copy_(xs[rank].to(dev))
+        if op == "reduce":
+            dist.reduce(t, dst=root, op=make_op(redop), group=group)
+            if rank == root:
+                assert_reduced(t, xs, redop, f"pool reduce n={n} root={root} {redop}")
+        else:
+            out = torch.empty(W * n, dtype=dtype, device=dev) if rank == root else None
+            dist.gather(t, [*out.chunk(W)] if out is not None else None, dst=root, group=group)
+            if rank == root:
+                assert_equal(out, torch.cat(xs), f"pool gather n={n} root={root}")
+        assert "zero-copy" in torch_purlin.last_launch(group)["protocol"], torch_purlin.last_launch(group)
+        t.fill_(-1)  # the caller may overwrite its input as soon as the op returned (Release waits)
+        x = torch.full((1000,), rank + 1.0, device=dev)  # the group is still in step
+        dist.all_reduce(x, group=group)
+        assert torch.all(x == W * (W + 1) / 2), x[:4]
+
+    for root in range(W):
+        for op, n, dtype, redop in (("reduce", 1_000_003, torch.float32, "sum"), ("reduce", 4099, torch.bfloat16, "max"),
+                                    ("gather", 1_000_003, torch.bfloat16, "sum"), ("gather", 4099, torch.float32, "sum")):
+            R.check(f"{op} from the pool n={n} {dtype} {redop} root={root}", rooted_from_pool, op, n, dtype, redop,
+                    root, zc)
+    # The default group's settings, as a user first meets them: 20 MB, past the parity plans.
+    for op, n, dtype, redop in (("reduce", 5 << 20, torch.float32, "sum"), ("reduce", 20 << 20, torch.uint8, "max")):
+        R.check(f"{op} from the pool n={n} {dtype} {redop} default settings", rooted_from_pool, op, n, dtype, redop,
+                W - 1, pg)
 
     def zero_copy_many_rounds():  # larger than the 64 MB workspace: two-shot scratch in rounds
         n = 40_000_000
@@ -1136,7 +1170,7 @@ def _worker(rank, world, init_file, log_path):
     R.family = "push"
     # A 1M workspace: many rounds, slot reuse in the readers' workspaces; no lines or parity plans: push plans
     # at every size.
-    pu = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_PUSH="all", TORCH_PURLIN_CUDA_WORKSPACE_BYTES="1M",
+    pu = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_WORKSPACE_BYTES="1M",
                       TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0",
                       TORCH_PURLIN_CUDA_TWO_SHOT_BYTES="8M")
 
@@ -1171,9 +1205,9 @@ def _worker(rank, world, init_file, log_path):
                 R.check(f"{op} n={n} {dtype}", push_case, op, n, dtype)
     R.check("two-shot all_reduce 24 MB", push_case, "all_reduce", 3_000_001, torch.float32)
 
-    # Reduced slices pushed to the other ranks (two-shot phase 1, PUSH=reduced), in many rounds, from an
-    # ordinary tensor and from a pool tensor (zero-copy phase 0).
-    pr = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_PUSH="reduced", TORCH_PURLIN_CUDA_WORKSPACE_BYTES="1M",
+    # Reduced slices pushed to the other ranks (two-shot phase 1), in many rounds, from an ordinary tensor
+    # (phase 0 pushed too) and from a pool tensor (zero-copy phase 0).
+    pr = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_WORKSPACE_BYTES="1M",
                       TORCH_PURLIN_CUDA_LINE_BYTES="0", TORCH_PURLIN_CUDA_PARITY_BYTES="0",
                       TORCH_PURLIN_CUDA_TWO_SHOT_BYTES="8M")
 
@@ -1183,7 +1217,7 @@ def _worker(rank, world, init_file, log_path):
         t.copy_(xs[rank].to(dev))
         dist.all_reduce(t, group=pr)
         assert_reduced(t, xs, "sum", f"push-reduced all_reduce n={n} pool={pool}")
-        want = "two-shot" + ("+zero-copy" if pool else "") + "+push-reduced"
+        want = "two-shot" + ("+zero-copy" if pool else "+push") + "+push-reduced"
         assert torch_purlin.last_launch(pr)["protocol"] == want, torch_purlin.last_launch(pr)
 
     for pool in (False, True):

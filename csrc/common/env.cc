@@ -58,19 +58,6 @@ const std::vector<Var>& registry() {
        "only to keep SMs for overlapped compute. Pool tensors (torch_purlin.empty) are pulled straight from the "
        "peers' inputs (NOTE [copy-engine zero-copy] in csrc/atom/cuda/host/ce_atom.h; not yet timed). Every "
        "copy-engine call is checked with every rank on the host first (NOTE [copy-engine call check])."},
-      {"TORCH_PURLIN_CUDA_PUSH", "all",
-       "Which CUDA collectives write into their readers' workspaces instead of their own (NOTE [push] in "
-       "csrc/snac/plan.h), a comma list: copies (copy collectives stage by pushing), reductions (reductions stage "
-       "by pushing), reduced (two-shot all_reduce pushes the reduced slices to the other ranks instead of their "
-       "pulling them), all (default: on 2x H200 every measured size was as fast or faster, all_reduce 1G 1.15x, "
-       "reduce_scatter 1G 1.14-1.34x over copies only), or none. Every rank must use the same value (a mismatch is "
-       "reported as a call-tag error)."},
-      {"TORCH_PURLIN_CUDA_MATCHED_WAITS", "1",
-       "1: in CUDA collectives run by the plan kernel, a block waits only for the peer's block of the same index "
-       "wherever SNAC shows that block alone wrote (or read) what it touches next (NOTE [matched waits] in "
-       "csrc/snac/plan.h), so blocks pipeline independently; 0: every wait waits for all of the peer's blocks. "
-       "Every rank must use the same value (matched plans may cut a collective into other rounds; a mismatch is "
-       "reported as a call-tag error)."},
       {"TORCH_PURLIN_CUDA_BLOCKS", "0",
        "Blocks per CUDA collective launch (0: by message size from the architecture's table, "
        "csrc/atom/cuda/launch_config*.cu; N: always N, max 128; the group uses the smallest value any rank asks "

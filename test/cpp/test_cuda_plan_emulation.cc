@@ -105,10 +105,15 @@
 
 #include "atom/cuda/call_tag.h"
 #include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/protocol/launch_config.h"
+#include "atom/cuda/protocol/protocol_choice.h"
 #include "atom/cuda/signal_pad.h"
+#include "backend/host/request.h"
+#include "backend/host/symmetric_use.h"
 #include "snac/collectives.h"
 
 namespace cu = purlin::atom::cuda;
+namespace pb = purlin::backend;
 namespace snac = purlin::snac;
 using purlin::RedOp;
 
@@ -131,6 +136,7 @@ int64_t g_launches = 0, g_line_launches = 0, g_wide_launches = 0, g_parity_launc
 int64_t g_peer_output_launches = 0;
 int64_t g_own_waits = 0, g_catch_ups = 0;  // NOTE [matched waits]: own-slot Waits, catch-up Waits lowered
 std::atomic<int64_t> g_races{0};
+thread_local const char* t_case = "";  // the collective this emulated block runs (deadlock reports)
 std::atomic<int64_t> g_off_line{0};  // wide-line accesses whose piece does not start on a line
 
 // ---- happens-before race detector --------------------------------------------
@@ -270,7 +276,7 @@ void line_wait(Line& l, uint64_t seq, int32_t* out, VC& vc, int t, const char* p
     }
     std::this_thread::yield();
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
-      std::fprintf(stderr, "DEADLOCK polling a flagged line (seq %llu)\n", (unsigned long long)seq);
+      std::fprintf(stderr, "DEADLOCK in %s polling a flagged line (seq %llu)\n", t_case, (unsigned long long)seq);
       std::abort();
     }
   }
@@ -405,7 +411,7 @@ void wait_all(std::atomic<uint64_t>* slots, int count, uint64_t target, const ch
     while (slots[i].load(std::memory_order_acquire) < target) {
       std::this_thread::yield();
       if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
-        std::fprintf(stderr, "DEADLOCK waiting for %s slot %d >= %llu\n", what, i, (unsigned long long)target);
+        std::fprintf(stderr, "DEADLOCK in %s waiting for %s slot %d >= %llu\n", t_case, what, i, (unsigned long long)target);
         std::abort();
       }
     }
@@ -433,7 +439,7 @@ void tagged_wait(std::atomic<uint64_t>* slots, int count, uint64_t target, const
       }
       std::this_thread::yield();
       if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
-        std::fprintf(stderr, "DEADLOCK waiting for a tagged Staged slot %d >= %llu\n", i, (unsigned long long)target);
+        std::fprintf(stderr, "DEADLOCK in %s waiting for a tagged Staged slot %d >= %llu\n", t_case, i, (unsigned long long)target);
         std::abort();
       }
     }
@@ -754,8 +760,9 @@ struct Case {
   int root;
   std::vector<std::vector<int64_t>> splits;
   int blocks = kBlocks;
-  bool zero_copy = false;
-  bool peer_outputs = false;  // all_gather / broadcast into the peers' outputs (NOTE [peer outputs])
+  bool in_pool = false, out_pool = false;  // the tensors are in the symmetric pool (every rank alike)
+  bool zero_copy = false;     // as run: peers read the inputs in place (NOTE [zero-copy])
+  bool peer_outputs = false;  // as run: writers copy into the peers' outputs (NOTE [peer outputs])
   bool push = false;    // NOTE [push]
   bool push_reduced = false;  // NOTE [push]: two-shot phase 1 pushes (zero-copy plans too)
   bool lines = false;   // the host tries a region: flagged lines (NOTE [line plans]), else a parity plan
@@ -788,81 +795,22 @@ snac::Spec spec_of(const Case& cs, int W) {
   return {};
 }
 
-// The engine's rule (cuda_group_plans.cc, NOTE [zero-copy in place]).
-bool zero_copy_allowed(Kind k, cu::IoAlias alias, bool two_shot) {
-  if (k == Kind::Gather || k == Kind::Scatter) return false;  // only the root may alias: not rank-invariant
-  if (alias == cu::IoAlias::Disjoint) return true;
-  return alias == cu::IoAlias::Same && ((k == Kind::AllReduce && two_shot) || k == Kind::Broadcast);
-}
-
-// request.cc's direct_local_reads (NOTE [direct local reads]) for the layouts made here.
-bool direct_local_reads(Kind k, cu::IoAlias alias, int64_t shift, int r, int64_t n) {
-  switch (alias) {
-    case cu::IoAlias::Disjoint: return true;
-    case cu::IoAlias::Same: return k == Kind::AllReduce || k == Kind::Reduce || k == Kind::Broadcast;
-    case cu::IoAlias::Shifted:
-      if (k == Kind::AllGather) return shift == r * n;
-      if (k == Kind::ReduceScatter) return shift == -r * n;
-      return false;
-    default: return false;
-  }
-}
-
-// CudaGroup's line choice (lines_wanted + plan_for in cuda_group_plans.cc): the
-// most bytes any rank sends or receives (snac::max_rank_elems) within the
-// line budget (int32: no PREMUL_SUM, 4-byte elements).
-bool lines_wanted(const Group& g, const snac::Spec& spec) {
-  return g.world > 1 && snac::max_rank_elems(spec) * kEsize <= kLineMaxBytes;
-}
-
-// CudaGroup::plan_for's one_round_push_plan: the one-shot push plan laid out
-// in `region_elems` elements, if it needs one round only.
-bool one_round_push_plan(const snac::Spec& spec, int r, snac::PlanOptions opt, int64_t region_elems, snac::Plan* plan) {
+// The wide-line plan with pieces aligned to 512 bytes instead of whole lines:
+// only for the wide-unaligned mutation (the product's choice, protocol_choice.cc,
+// aligns them to lines).
+bool unaligned_wide_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
   opt.push = true;
   opt.read_peer_inputs = false;
+  opt.match_waits = false;
   opt.reduce_algo = snac::ReduceAlgo::OneShot;
-  opt.slot_elems = region_elems / opt.align_elems * opt.align_elems;
+  opt.align_elems = cu::kPartBytes / kEsize;
+  opt.slot_elems = g.wide_slot_elems / opt.align_elems * opt.align_elems;
   try {
     *plan = snac::make_plan(spec, r, opt);
   } catch (const std::invalid_argument&) {
-    return false;  // the region cannot hold it
+    return false;
   }
   return plan->rounds == 1;
-}
-
-// plan_for's line branch: contiguous sources, one parity of the line region.
-// A region without gaps (cuda_group_plans.cc's `dense`).
-bool dense(const snac::Region& r) { return r.rows <= 1 || r.stride == r.row_len; }
-
-// Whether every source (and, with `dests`, every destination) region of spec is dense.
-bool dense_regions(const snac::Spec& spec, bool dests) {
-  for (const auto& ch : spec.chunks) {
-    for (const auto& src : ch.sources)
-      if (!dense(src.region)) return false;
-    for (const auto& d : ch.dests)
-      if (dests && !dense(d.region)) return false;
-  }
-  return true;
-}
-
-bool line_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
-  opt.match_waits = false;  // no waits on lines (NOTE [line-carried ops])
-  return dense_regions(spec, false) && one_round_push_plan(spec, r, opt, g.line_slot_elems, plan);
-}
-
-// plan_for's wide branch (NOTE [wide lines]): contiguous sources and
-// destinations, pieces aligned to whole lines, one parity of the wide region.
-bool wide_plan(const Group& g, const snac::Spec& spec, int r, snac::PlanOptions opt, snac::Plan* plan) {
-  if (!dense_regions(spec, true)) return false;
-  opt.match_waits = false;
-  opt.align_elems = (g_mutation == Mutation::WideUnaligned ? cu::kPartBytes : cu::kWideAlignBytes) / kEsize;
-  return one_round_push_plan(spec, r, opt, g.wide_slot_elems, plan);
-}
-
-// plan_for's parity branch (NOTE [parity plans]): one half of the parity region.
-bool parity_plan(const Group& g, const snac::Spec& spec, int r, const snac::PlanOptions& opt, snac::Plan* plan) {
-  if (g.world < 2 || snac::max_rank_elems(spec) * kEsize > kParityMaxBytes) return false;
-  return one_round_push_plan(spec, r, opt, g.parity_slot_elems, plan);
 }
 
 // One collective as every rank calls it: plans, memory, inputs.
@@ -872,6 +820,8 @@ struct Prepared {
   std::vector<std::vector<Cell>> cells;
   std::vector<Call> calls;
   std::vector<int64_t> outputs_numel;
+  snac::Spec custom;  // the interleaved all-gather's Spec (Request::custom points at it)
+  std::string name;   // name_of(cs) as run
 };
 
 // The rank's Input / Output in its memory: c10d's in-place forms where the
@@ -891,36 +841,53 @@ void place_io(const Case& cs, const snac::Spec& spec, int r, int32_t* mem, int32
   }
 }
 
-// Rank r's plan options for a plan-kernel run (cuda_group_plans.cc plan_for).
-snac::PlanOptions plan_options(const Group& g, const Case& cs, int r, cu::IoAlias alias, int64_t shift) {
-  snac::PlanOptions opt;
-  opt.align_elems = cu::kPartBytes / kEsize;
-  opt.slot_elems = g.slot_elems;
-  opt.direct_local = direct_local_reads(cs.kind, alias, shift, r, cs.n);
-  opt.read_peer_inputs = cs.zero_copy && zero_copy_allowed(cs.kind, alias, cs.two_shot);
-  opt.push = cs.push;
-  opt.push_reduced = cs.push_reduced;
-  opt.reduce_algo = cs.two_shot ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
-  opt.match_waits = cs.matched;  // plan-kernel plans only: line plans are made without (cuda_group_plans.cc)
-  return opt;
+pb::CollOp coll_op_of(Kind k) {
+  switch (k) {
+    case Kind::AllReduce: return pb::CollOp::AllReduce;
+    case Kind::AllGather: return pb::CollOp::AllGather;
+    case Kind::ReduceScatter: return pb::CollOp::ReduceScatter;
+    case Kind::Broadcast: return pb::CollOp::Broadcast;
+    case Kind::AllToAll: return pb::CollOp::AllToAll;
+    case Kind::Reduce: return pb::CollOp::Reduce;
+    case Kind::Gather: return pb::CollOp::Gather;
+    case Kind::Scatter: return pb::CollOp::Scatter;
+    case Kind::Interleaved: return pb::CollOp::Custom;
+  }
+  return pb::CollOp::Custom;
 }
 
+// The group's settings as the product agrees them (NOTE [protocol choice]),
+// with the case's line format, block count and push / matched-wait options.
+cu::ProtocolSettings settings_of(const Group& g, const Case& cs) {
+  cu::LaunchConfig config = cu::launch_config_portable(cu::DeviceInfo{9, 0, kBlocks});
+  config.fixed_blocks = config.max_blocks = cs.blocks;
+  cu::ProtocolSettings s = cu::make_protocol_settings(g.world, 2 * g.slot_elems * kEsize, kLineMaxBytes,
+                                                      kParityMaxBytes, cs.wide ? cu::LineFormat::Wide
+                                                                               : cu::LineFormat::Narrow, config);
+  s.push_copies = s.push_reductions = cs.push;
+  s.push_reduced = cs.push_reduced;
+  s.match_waits = cs.matched;
+  return s;
+}
+
+// Every rank's Request as the c10d layer makes it (a reduce's or gather's
+// peers pass no output, a scatter's no input), run through the product's own
+// steps (CudaGroup::launch): the region plan, then the pool's use
+// (symmetric_use), then the Atom's choice (choose_protocol). Every rank must
+// come to the same call tag and blocks (test_plan_symmetry.cc sweeps this).
 Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
   const int W = g.world;
-  const snac::Spec spec = spec_of(cs, W);
   Prepared p;
+  p.custom = spec_of(cs, W);
+  const snac::Spec& spec = p.custom;
   p.cs = cs;
-  p.cs.lines = false;
   p.mem.resize(W);
   p.cells.resize(W);
   p.inputs.resize(W);
   p.calls.resize(W);
   p.outputs_numel.assign(spec.output_numel.begin(), spec.output_numel.end());
-  std::vector<snac::PlanOptions> opts(W);
-  std::vector<cu::IoAlias> aliases(W);
-  std::vector<int64_t> shifts(W);
-  std::vector<snac::Plan> plans(W);
-  int on_lines = 0, on_wide = 0, on_parity = 0;
+  const cu::ProtocolSettings settings = settings_of(g, cs);
+  std::vector<pb::Request> rqs(W);
   for (int r = 0; r < W; ++r) {
     const int64_t ni = spec.input_numel[r], no = spec.output_numel[r];
     std::uniform_int_distribution<int32_t> val(-1000, 1000);
@@ -930,18 +897,22 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     int32_t *in, *out;
     place_io(cs, spec, r, p.mem[r].data(), &in, &out);
     std::copy(p.inputs[r].begin(), p.inputs[r].end(), in);
-    // The engine's classification (request.cc io_alias, NOTE [direct local
-    // reads]): c10d's in-place forms are Same or Shifted.
-    aliases[r] = cu::IoAlias::Disjoint;
-    if (cs.layout == Layout::InPlace && (in == out || in != p.mem[r].data() || out != p.mem[r].data() + ni))
-      aliases[r] = in == out ? cu::IoAlias::Same : cu::IoAlias::Shifted;
-    shifts[r] = aliases[r] == cu::IoAlias::Shifted ? in - out : 0;
-    opts[r] = plan_options(g, cs, r, aliases[r], shifts[r]);
-    const bool wide = cs.lines && cs.wide && lines_wanted(g, spec) && wide_plan(g, spec, r, opts[r], &plans[r]);
-    const bool line = wide || (cs.lines && lines_wanted(g, spec) && line_plan(g, spec, r, opts[r], &plans[r]));
-    on_wide += wide;
-    on_lines += line;
-    on_parity += cs.lines && !line && parity_plan(g, spec, r, opts[r], &plans[r]);
+    pb::Request& rq = rqs[r];
+    rq.op = coll_op_of(cs.kind);
+    rq.dtype = purlin::DType::Int32;
+    rq.root = cs.root;
+    rq.custom = cs.kind == Kind::Interleaved ? &p.custom : nullptr;
+    if (cs.kind == Kind::AllToAll)
+      for (int q = 0; q < W; ++q) {
+        rq.in_splits.push_back(cs.splits[r][q]);
+        rq.out_splits.push_back(cs.splits[q][r]);
+      }
+    if (ni > 0) rq.in = in, rq.in_numel = ni;
+    if (no > 0) rq.out = out, rq.out_numel = no;
+    if (cs.kind == Kind::Broadcast) {  // c10d: one buffer of n elements as input and output, on every rank
+      rq.in = rq.out = in;
+      rq.in_numel = rq.out_numel = cs.n;
+    }
     p.cells[r].resize(p.mem[r].size());
     p.calls[r].in = in;
     p.calls[r].out = out;
@@ -949,48 +920,89 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     p.calls[r].cells = p.cells[r].data();
     p.calls[r].all = p.calls.data();
   }
-  if ((on_lines != 0 && on_lines != W) || (on_wide != 0 && on_wide != W) ||
-      (on_parity != 0 && on_parity != W)) {  // plan_for's choice must be rank-invariant
-    std::printf("FAIL %s world=%d: %d / %d of %d ranks chose a line / parity plan\n", name_of(cs).c_str(), W, on_lines,
-                on_parity, W);
-    ++g_failed;
+  std::vector<pb::PeerMeta> all;
+  for (int r = 0; r < W; ++r) {
+    const auto blob = pb::encode_meta(rqs[r], W);
+    all.push_back(pb::decode_meta(blob.data(), W));
+  }
+  std::vector<cu::ProtocolChoice> ch(W);
+  std::vector<cu::CallFacts> facts(W);
+  std::vector<uint64_t> tags(W);
+  for (int r = 0; r < W; ++r) {
+    const pb::Request& rq = rqs[r];
+    int64_t shift = 0;
+    cu::CallFacts& f = facts[r];
+    f.esize = kEsize;
+    f.two_shot = cs.two_shot;
+    f.direct_local = pb::direct_local_reads(rq, r);
+    f.alias = static_cast<cu::IoAlias>(pb::io_alias(rq, &shift));
+    f.shift = shift;
+    f.region = cs.lines;  // the host tries a region
+    ch[r] = cu::choose_protocol(spec, f, settings, r, 0);
+    int64_t in_off = -1, out_off = -1;
+    if (!ch[r].lines && !ch[r].parity) {  // then the pool: every rank's memory is its pool
+      const bool in_pool = cs.in_pool && rq.in_numel > 0, out_pool = cs.out_pool && rq.out_numel > 0;
+      const pb::SymmetricUse use = pb::symmetric_use(rq, spec, cs.two_shot, in_pool, out_pool);
+      if (use.read_peer_inputs || use.write_peer_outputs) {
+        f.region = false;
+        f.read_peer_inputs = use.read_peer_inputs;
+        f.write_peer_outputs = use.write_peer_outputs;
+        ch[r] = cu::choose_protocol(spec, f, settings, r, 0);
+        in_off = use.read_peer_inputs ? p.calls[r].in - p.calls[r].mem : -1;
+        out_off = use.write_peer_outputs ? p.calls[r].out - p.calls[r].mem : -1;
+      }
+    }
+    tags[r] = cu::call_signature(ch[r].sig, in_off, out_off);
   }
   for (int r = 1; r < W; ++r)
-    if (opts[r].read_peer_inputs != opts[0].read_peer_inputs) {  // zero_copy_allowed must be rank-invariant
-      std::printf("FAIL %s world=%d: rank %d chose zero-copy %d, rank 0 %d\n", name_of(cs).c_str(), W, r,
-                  int(opts[r].read_peer_inputs), int(opts[0].read_peer_inputs));
+    if ((ch[r].plan.rounds == 0) != (ch[0].plan.rounds == 0) || ch[r].plan.steps != ch[0].plan.steps) {  // one epoch
+      std::printf("FAIL %s world=%d: rank %d's plan has %d rounds (%llu steps), rank 0's %d (%llu)\n", name_of(cs).c_str(), W, r,
+                  ch[r].plan.rounds, (unsigned long long)ch[r].plan.steps, ch[0].plan.rounds, (unsigned long long)ch[0].plan.steps);
       ++g_failed;
       break;
     }
-  const bool lines = on_lines == W, wide = lines && on_wide == W, parity = !lines && on_parity == W;
-  p.cs.lines = lines;
-  p.cs.wide = wide;
-  p.cs.parity = parity;
-  if (lines || parity) {  // a region plan replaces push / zero-copy / two-shot choices
-    p.cs.push = true;
-    p.cs.zero_copy = p.cs.two_shot = p.cs.peer_outputs = false;
-  }
-  for (int r = 0; r < W; ++r) {
-    if (!lines && !parity && p.cs.peer_outputs) {  // cuda_group_plans.cc plan_for: no push, no zero-copy reads
-      opts[r].write_peer_outputs = true;
-      opts[r].read_peer_inputs = opts[r].push = false;
+  for (int r = 1; r < W; ++r)
+    if (tags[r] != tags[0] || ch[r].blocks != ch[0].blocks) {  // the choice must be rank-invariant
+      std::printf("FAIL %s world=%d: rank %d chose %s, rank 0 %s\n", name_of(cs).c_str(), W, r,
+                  ch[r].protocol.c_str(), ch[0].protocol.c_str());
+      ++g_failed;
+      break;
     }
-    if (!lines && !parity) plans[r] = snac::make_plan(spec, r, opts[r]);
-    if (p.cs.peer_outputs && g_mutation == Mutation::NoPeerReady)  // writers do not wait for "output free"
-      plans[r].ops.erase(std::remove_if(plans[r].ops.begin(), plans[r].ops.end(),
-                                        [](const snac::Op& op) {
-                                          return op.code == snac::OpCode::Wait && op.value == snac::step_value(0, 0);
-                                        }),
-                         plans[r].ops.end());
-    p.calls[r].plan = cu::lower_plan(plans[r], cs.blocks, kEsize, aliases[r], shifts[r],
-                                     wide ? cu::Partition::WideLines : cu::Partition::Parts);
-    if (lines) cu::drop_line_carried_ops(&p.calls[r].plan);  // as CudaGroup::plan_for
-    p.calls[r].blocks = cs.blocks;
-    p.calls[r].zero_copy = !lines && !parity && opts[r].read_peer_inputs;
-    p.calls[r].peer_outputs = p.cs.peer_outputs;
-    p.calls[r].lines = lines;
-    p.calls[r].wide = wide;
-    p.calls[r].parity = parity;
+  if (std::getenv("EMU_DEBUG")) std::fprintf(stderr, "prepare W=%d %s -> %s blocks %d rounds %d\n", W, name_of(cs).c_str(), ch[0].protocol.c_str(), ch[0].blocks, ch[0].plan.rounds);
+  p.cs.lines = ch[0].lines;
+  p.cs.wide = ch[0].wide;
+  p.cs.parity = ch[0].parity;
+  p.cs.two_shot = ch[0].two_shot;
+  p.cs.push = ch[0].push;
+  p.cs.push_reduced = ch[0].push_reduced;
+  p.cs.matched = ch[0].match_waits;
+  p.cs.zero_copy = facts[0].read_peer_inputs;
+  p.cs.peer_outputs = facts[0].write_peer_outputs;
+  p.name = name_of(p.cs) + " world=" + std::to_string(W);
+  for (int r = 0; r < W; ++r) {
+    snac::Plan plan = ch[r].plan;
+    bool relower = false;
+    if (ch[r].wide && g_mutation == Mutation::WideUnaligned) relower = unaligned_wide_plan(g, spec, r, snac::PlanOptions{}, &plan);
+    if (facts[r].write_peer_outputs && g_mutation == Mutation::NoPeerReady) {  // writers do not wait for "output free"
+      plan.ops.erase(std::remove_if(plan.ops.begin(), plan.ops.end(),
+                                    [](const snac::Op& op) {
+                                      return op.code == snac::OpCode::Wait && op.value == snac::step_value(0, 0);
+                                    }),
+                     plan.ops.end());
+      relower = true;
+    }
+    p.calls[r].plan = ch[r].lowered;
+    if (relower) {
+      p.calls[r].plan = cu::lower_plan(plan, ch[r].blocks, kEsize, facts[r].alias, facts[r].shift,
+                                       ch[r].wide ? cu::Partition::WideLines : cu::Partition::Parts);
+      if (ch[r].lines) cu::drop_line_carried_ops(&p.calls[r].plan);
+    }
+    p.calls[r].blocks = ch[r].blocks;
+    p.calls[r].zero_copy = facts[r].read_peer_inputs;
+    p.calls[r].peer_outputs = facts[r].write_peer_outputs;
+    p.calls[r].lines = ch[r].lines;
+    p.calls[r].wide = ch[r].wide;
+    p.calls[r].parity = ch[r].parity;
     g_ops += static_cast<int64_t>(p.calls[r].plan.ops.size());
     g_syncs += p.calls[r].plan.local_syncs;
     for (const cu::DevOp& op : p.calls[r].plan.ops) {
@@ -1076,6 +1088,7 @@ void run_sequence(Group& g, const std::vector<Prepared>& seq, unsigned seed) {
           if (p.calls[r].plan.rounds == 0) continue;  // not launched (on any rank)
           const bool slow = rng() % 6 == 0;           // a straggler block for this collective
           const Call& pc = p.calls[r];
+          t_case = p.name.c_str();
           if (pc.peer_outputs) {
             // NOTE [peer outputs]: the caller used its output before the collective (stream order:
             // before any block starts); peers may write it only after this rank said it is free.
@@ -1128,14 +1141,14 @@ Case random_case(int world, std::mt19937& rng) {
   c.n = in_burst && rng() % 4 != 0 ? mid[rng() % 7] : c.lines ? small[rng() % 15] : sizes[rng() % 10];
   c.two_shot = c.kind == Kind::AllReduce && rng() % 2;
   c.blocks = 1 + static_cast<int>(rng() % kBlocks);
-  c.zero_copy = rng() % 3 == 0;
+  c.in_pool = rng() % 3 == 0;
   c.push = rng() % 2 == 0;
   c.matched = rng() % 4 != 0;
   c.push_reduced = c.two_shot && rng() % 2;
-  // NOTE [peer outputs] (cuda_group_plans.cc peer_outputs_allowed): all_gather and broadcast into pool outputs,
-  // drawn from the existing choices so that the sequence of cases stays the same.
-  c.peer_outputs = (c.kind == Kind::AllGather || c.kind == Kind::Broadcast) && c.zero_copy && c.push;
+  c.out_pool = rng() % 3 == 0;  // NOTE [peer outputs]: all_gather and broadcast write into pool outputs
   if (c.kind == Kind::AllToAll || c.kind == Kind::Interleaved) c.layout = Layout::Disjoint;  // no in-place form
+  if (c.kind == Kind::Broadcast) c.layout = Layout::InPlace;  // c10d's only form: one buffer
+  if (c.layout == Layout::InPlace) c.out_pool = c.in_pool;   // one tensor, in the pool or not
   c.root = static_cast<int>(rng() % world);
   c.splits.assign(world, std::vector<int64_t>(world, 0));
   for (auto& row : c.splits)

@@ -90,25 +90,9 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
   if (placement != "agreed" && placement != "local")
     throw std::invalid_argument("TORCH_PURLIN_CUDA_POOL_PLACEMENT: expected agreed or local, got '" + placement + "'");
   pool_local_ = placement == "local";
-  match_waits_ = env::get_bool("TORCH_PURLIN_CUDA_MATCHED_WAITS");
-  push_copies_ = push_reductions_ = push_reduced_ = false;
-  const std::vector<std::string> push = env::get_list("TORCH_PURLIN_CUDA_PUSH");  // NOTE [push]
-  for (const std::string& item : push) {
-    if (item == "copies" || item == "all") push_copies_ = true;
-    if (item == "reductions" || item == "all") push_reductions_ = true;
-    if (item == "reduced" || item == "all") push_reduced_ = true;
-    if (item != "copies" && item != "reductions" && item != "reduced" && item != "all" && item != "none")
-      throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: expected a comma list of copies, reductions, reduced, all "
-                                  "or none, got '" + env::get("TORCH_PURLIN_CUDA_PUSH") + "'");
-  }
-  if (push.empty())
-    throw std::invalid_argument("TORCH_PURLIN_CUDA_PUSH: empty (none turns pushing off)");
   debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
   check_calls_ = env::get_bool("TORCH_PURLIN_CUDA_CHECK_CALLS");
-  int major = 0;  // NOTE [overlapped launch]: programmatic dependent launch needs sm_90+
-  overlap_ = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess && major >= 9 &&
-             env::get_bool("TORCH_PURLIN_CUDA_PDL");
-  cudaGetLastError();
+  overlap_ = env::get_bool("TORCH_PURLIN_CUDA_PDL");  // where the Atom's table allows it (the constructor)
   opt.rank = rank_;
   opt.world = world_;
   opt.device = device_;
@@ -157,6 +141,8 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
     return;
   }
   ws_ = std::move(ws);
+  settings_ = ws_->protocol_settings();  // NOTE [protocol choice]
+  overlap_ = overlap_ && settings_.config.overlapped_launch;  // NOTE [overlapped launch]
   internal_.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_));
   const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_);
   store_plans_ = std::make_unique<cu::PlanStore>(

@@ -24,9 +24,11 @@
 #include "atom/cuda/host/plan_store.h"
 #include "atom/cuda/host/symmetric_pool.h"
 #include "atom/cuda/host/symmetric_workspace.h"
+#include "atom/cuda/protocol/protocol_choice.h"
 #include "backend/cuda/cuda_engine.h"
 #include "backend/host/protocol_table.h"
 #include "backend/host/request.h"
+#include "backend/host/symmetric_use.h"
 #include "snac/plan.h"
 
 namespace purlin::atom {
@@ -79,20 +81,10 @@ class CudaGroup {
 
  private:
   struct CachedPlan {
-    cu::DevicePlan plan;
-    std::unique_ptr<cu::InlinePlan> inl;  // when it fits
+    cu::ProtocolChoice choice;             // NOTE [protocol choice]: the Atom's plan, shape and signature
+    std::unique_ptr<cu::InlinePlan> inl;  // the lowered plan, when it fits a launch's parameters
     cu::DevicePlanRef dev;                // otherwise
-    bool reduces = false;
-    snac::Plan snac_plan;                 // for the copy-engine Atom (copy specs)
-    int64_t spec_bytes = 0;               // bytes the Spec moves: rank-invariant
-    int blocks = 1;                       // launch_config().blocks_for(spec_bytes), or the line shape's
-    int threads = 512;                    // per block (NOTE [narrow line shape])
-    uint64_t sig = 0;                     // NOTE [call tags]: Spec + dtype + zero-copy
-    bool lines = false;                   // runs on flagged lines (NOTE [line plans])
-    bool wide = false;                    // ... wide ones (NOTE [wide lines])
-    bool parity = false;                  // a parity plan (NOTE [parity plans])
-    std::string protocol;                 // for last_launch()
-    const std::string* protocol_name = nullptr;  // the same, in protocol_names_ (protocol_counts())
+    const std::string* protocol_name = nullptr;  // choice.protocol, in protocol_names_ (protocol_counts())
   };
 
   // request.h's IoAlias of rq (and its shift), in the device lowering's terms.
@@ -122,21 +114,24 @@ class CudaGroup {
   void settle_local_error(const Request& rq);     // NOTE [one-sided local errors] (cuda_group_host_checks.cc)
   std::vector<std::string> pool_agree(const std::string& tag, const std::string& mine);
   // `all`: every rank's arguments (peer_meta()), or empty: filled here when needed.
-  const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
-                             bool peer_outputs = false);
-  const CachedPlan& plan_for_key(const Request& rq, std::vector<PeerMeta>& all, bool zero_copy, bool region,
-                                 bool peer_outputs, cu::IoAlias alias, int64_t shift);
-  bool region_wanted(const Request& rq) const;
+  const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use, bool region);
+  const CachedPlan& plan_for_key(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use, bool region,
+                                 cu::IoAlias alias, int64_t shift);
+  // The call's use of the symmetric pool (NOTE [symmetric use is rank-invariant]).
+  struct PoolUse {
+    SymmetricUse use;
+    int64_t in_offset = -1, out_offset = -1;  // pool offsets of the tensors it uses (-1: none)
+    bool reads_allowed = false;  // peers could read the Inputs in place (were they in the pool)
+  };
+  PoolUse pool_use(const Request& rq, std::vector<PeerMeta>& all);
   void order_after_last(cudaStream_t s);
   // Counts a launch of `name` (a Request::name literal) running `protocol` (in protocol_names_).
   void count_launch(const char* name, const std::string* protocol);
-  bool zero_copy_allowed(const Request& rq) const;
-  bool peer_outputs_allowed(const Request& rq) const;
   bool two_shot(const Request& rq) const;
   // NOTE [copy-engine zero-copy] (ce_atom.h): whether a collective whose
   // output is in the pool at out_offset can pull from its peers' inputs, and
   // rank 0's input offset (rank q's: + q * the input's bytes in place).
-  bool ce_sources_in_pool(const Request& rq, int64_t out_offset, int64_t* in_offset) const;
+  bool ce_sources_in_pool(const Request& rq, const PoolUse& pu, int64_t* in_offset) const;
   // Enqueues `c` (a pull plan) on the copy-engine Atom; in_offset >= 0: a
   // zero-copy plan reading the peers' inputs from the pool.
   void launch_copy_engine(const Request& rq, const CachedPlan& c, int64_t in_offset, cudaStream_t stream);
@@ -152,13 +147,22 @@ class CudaGroup {
   std::unique_ptr<cu::PlanStore> store_plans_;
   std::unordered_map<std::string, std::unique_ptr<CachedPlan>> plans_;
   PlanMemo memo_[5];  // by zero_copy * 2 + region; [4]: peer outputs
+  // pool_use()'s last Spec-dependent answer, and the call it was for (NOTE [eager host path]).
+  struct UseMemo {
+    bool valid = false;
+    CollOp op = CollOp::Barrier;
+    int root = 0;
+    int64_t in_numel = 0, out_numel = 0;
+    cu::IoAlias alias = cu::IoAlias::Disjoint;
+    bool two_shot = false;
+    bool zero_copy = false, peer_outputs = false;  // allowed, were the tensors in the pool
+  } use_memo_;
+  cu::ProtocolSettings settings_;  // NOTE [protocol choice]: the group's, from its workspace
   const char* last_name_ = nullptr;  // the last launch's Request::name and its interned id
   uint16_t last_name_id_ = 0;
   std::string broken_;
   std::string local_error_;  // NOTE [one-sided local errors]: the last call's local argument error, not yet settled
   int64_t two_shot_bytes_ = 0;
-  bool push_copies_ = true, push_reductions_ = true, push_reduced_ = true;  // TORCH_PURLIN_CUDA_PUSH (NOTE [push])
-  bool match_waits_ = true;  // NOTE [matched waits] (snac/plan.h)
   bool debug_ = false;
   bool check_calls_ = false;  // NOTE [checked calls]: TORCH_PURLIN_CUDA_CHECK_CALLS on every rank
   bool pool_local_ = false;   // TORCH_PURLIN_CUDA_POOL_PLACEMENT=local on every rank (NOTE [local placement])

@@ -26,14 +26,14 @@ static bool in_place_all_gather(const Request& rq, int rank, int world) {
 // the root's buffer is read), or any input in a pool block of its own. Every
 // rank judges alike by the contract of torch_purlin.empty (pool tensors on
 // every rank, at the same offsets), which the call check enforces.
-bool CudaGroup::ce_sources_in_pool(const Request& rq, int64_t out_offset, int64_t* in_offset) const {
+bool CudaGroup::ce_sources_in_pool(const Request& rq, const PoolUse& pu, int64_t* in_offset) const {
   if (in_place_all_gather(rq, rank_, world_)) {
-    *in_offset = out_offset;  // rank q's input: out_offset + q * its bytes
+    *in_offset = pu.out_offset;  // rank q's input: out_offset + q * its bytes
     return true;
   }
-  if (!zero_copy_allowed(rq)) return false;  // NOTE [zero-copy in place]
-  if (alias_of(rq) == cu::IoAlias::Same) {   // in-place broadcast: the input is the pool output
-    *in_offset = out_offset;
+  if (!pu.reads_allowed) return false;      // NOTE [zero-copy in place] (symmetric_use.cc)
+  if (alias_of(rq) == cu::IoAlias::Same) {  // in-place broadcast: the input is the pool output
+    *in_offset = pu.out_offset;
     return true;
   }
   const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
@@ -43,7 +43,7 @@ bool CudaGroup::ce_sources_in_pool(const Request& rq, int64_t out_offset, int64_
 
 void CudaGroup::launch_copy_engine(const Request& rq, const CachedPlan& c, int64_t in_offset, cudaStream_t stream) {
   cu::CeCall call;
-  call.plan = &c.snac_plan;
+  call.plan = &c.choice.pull_plan;
   call.input = rq.in;
   call.output = rq.out;
   call.dtype = rq.dtype;
@@ -51,7 +51,7 @@ void CudaGroup::launch_copy_engine(const Request& rq, const CachedPlan& c, int64
   call.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
   call.stream = stream;
   // NOTE [copy-engine call check]: what the kernel's call tag covers, and the place of the inputs.
-  uint64_t sig = c.sig;
+  uint64_t sig = c.choice.sig;
   if (in_offset >= 0) {
     const bool slots = in_place_all_gather(rq, rank_, world_);  // rank q's input is its output's slot q
     const int64_t stride = slots ? rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype)) : 0;
@@ -116,33 +116,32 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   // NOTE [zero-copy]: an input in the symmetric pool is read in place by the
   // peers (who must pass theirs at the same offset: NOTE [call tags]).
   // Small collectives run on flagged lines, mid-sized ones as parity plans,
-  // when their plan qualifies (NOTE [line plans], [parity plans]; plan_for
-  // decides on the Spec); zero-copy is not tried for them. A region request
-  // that does not qualify returns the workspace plan, used as it is unless
-  // the input is in the pool.
-  const CachedPlan* cp = region_wanted(rq) ? &plan_for(rq, all, false, true) : nullptr;
-  int64_t pool_offset = -1, out_offset = -1;
-  const int64_t esize = static_cast<int64_t>(dtype_size(rq.dtype));
-  if (pool_ && !(cp && (cp->lines || cp->parity))) {
-    if (peer_outputs_allowed(rq))  // NOTE [peer outputs] first: pure writers
-      out_offset = pool_->offset_of(rq.out, std::max<int64_t>(1, rq.out_numel * esize));
-    if (out_offset < 0 && zero_copy_allowed(rq))
-      pool_offset = pool_->offset_of(rq.in, std::max<int64_t>(1, rq.in_numel * esize));
+  // when their plan qualifies (NOTE [line plans], [parity plans]; the Atom's
+  // protocol choice decides on the Spec); the pool is not tried for them. A
+  // region request that does not qualify returns the workspace plan, used as
+  // it is unless the call uses the pool (NOTE [symmetric use is rank-invariant]).
+  const CachedPlan* cp = &plan_for(rq, all, SymmetricUse{}, true);
+  PoolUse pu;
+  if (!(cp->choice.lines || cp->choice.parity)) {
+    pu = pool_use(rq, all);
+    if (pu.use.read_peer_inputs || pu.use.write_peer_outputs) cp = &plan_for(rq, all, pu.use, false);
   }
-  if (out_offset >= 0) cp = &plan_for(rq, all, false, false, true);
-  else if (!cp || pool_offset >= 0) cp = &plan_for(rq, all, pool_offset >= 0, false);
   const CachedPlan& c = *cp;
-  if (c.plan.rounds == 0) return;  // nothing moves on any rank
+  const cu::ProtocolChoice& ch = c.choice;
+  if (ch.plan.rounds == 0) return;  // nothing moves on any rank
   // The caller (CudaPath::run) holds a CUDAGuard on this group's device.
   order_after_last(stream);
   // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
   // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).
-  if (ce_ && !c.lines && !c.parity && !c.reduces && c.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
+  if (ce_ && !ch.lines && !ch.parity && !ch.reduces && ch.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
     const CachedPlan* ce_plan = &c;
-    int64_t in_offset = pool_offset;  // rank 0's input offset; every rank's, but in place all_gather's
-    if (out_offset >= 0 && ce_sources_in_pool(rq, out_offset, &in_offset))
-      ce_plan = &plan_for(rq, all, true, false);  // NOTE [copy-engine zero-copy]: pull, not write
-    if (out_offset < 0 || ce_plan != &c) {
+    int64_t in_offset = pu.in_offset;  // rank 0's input offset; every rank's, but in place all_gather's
+    if (pu.out_offset >= 0 && ce_sources_in_pool(rq, pu, &in_offset)) {
+      SymmetricUse pull;
+      pull.read_peer_inputs = true;
+      ce_plan = &plan_for(rq, all, pull, false);  // NOTE [copy-engine zero-copy]: pull, not write
+    }
+    if (pu.out_offset < 0 || ce_plan != &c) {
       launch_copy_engine(rq, *ce_plan, in_offset, stream);
       return;
     }
@@ -151,11 +150,11 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.ops = c.dev.ops;
   l.srcs = c.dev.srcs;
   l.inline_plan = c.inl.get();
-  l.n_ops = static_cast<int>(c.plan.ops.size());
-  l.n_srcs = static_cast<int>(c.plan.srcs.size());
-  l.steps = c.plan.steps;
-  l.local_syncs = c.plan.local_syncs;
-  l.reduces = c.reduces;
+  l.n_ops = static_cast<int>(ch.lowered.ops.size());
+  l.n_srcs = static_cast<int>(ch.lowered.srcs.size());
+  l.steps = ch.lowered.steps;
+  l.local_syncs = ch.lowered.local_syncs;
+  l.reduces = ch.reduces;
   l.input = rq.in;
   l.output = rq.out;
   l.self = ws_->self();
@@ -171,18 +170,17 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
     last_name_id_ = cu::intern_name(rq.name);
   }
   l.op_name = last_name_id_;
-  l.threads = c.threads;
-  l.blocks = c.blocks;
-  l.lines = c.lines;
-  l.wide_lines = c.wide;
-  l.parity = c.parity;
-  l.call_sig = c.sig ^ (pool_offset >= 0 ? static_cast<uint64_t>(pool_offset) * 0x100000001b3ull : 0) ^
-               (out_offset >= 0 ? static_cast<uint64_t>(out_offset) * 0x9E3779B97F4A7C15ull : 0);
-  l.input_pool_offset = pool_offset;
-  l.output_pool_offset = out_offset;
+  l.threads = ch.threads;
+  l.blocks = ch.blocks;
+  l.lines = ch.lines;
+  l.wide_lines = ch.wide;
+  l.parity = ch.parity;
+  l.call_sig = cu::call_signature(ch.sig, pu.in_offset, pu.out_offset);
+  l.input_pool_offset = pu.in_offset;
+  l.output_pool_offset = pu.out_offset;
   l.overlap = overlap_;
-  last_.protocol = c.protocol;  // assigned in place: no allocation once the string has room
-  last_.blocks = c.blocks;
+  last_.protocol = ch.protocol;  // assigned in place: no allocation once the string has room
+  last_.blocks = ch.blocks;
   last_.threads = l.threads;
   last_.overlapped = overlap_;
   count_launch(rq.name, c.protocol_name);

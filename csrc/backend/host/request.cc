@@ -189,31 +189,6 @@ std::string plan_key(const Request& rq, const std::vector<PeerMeta>& all) {
   return k;
 }
 
-uint64_t spec_hash(const snac::Spec& s) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](int64_t v) {
-    h ^= static_cast<uint64_t>(v);
-    h *= 1099511628211ull;
-  };
-  mix(s.world);
-  mix(static_cast<int64_t>(s.kind));
-  mix(static_cast<int64_t>(s.redop));
-  for (char c : s.name) mix(c);
-  for (const auto& ch : s.chunks) {
-    for (const auto* side : {&ch.sources, &ch.dests}) {
-      mix(static_cast<int64_t>(side->size()));
-      for (const auto& p : *side) {
-        mix(p.rank);
-        mix(p.region.offset);
-        mix(p.region.rows);
-        mix(p.region.row_len);
-        mix(p.region.stride);
-      }
-    }
-  }
-  return h;
-}
-
 IoAlias io_alias(const Request& rq, int64_t* shift) {
   const size_t es = dtype_size(rq.dtype);
   const auto a = reinterpret_cast<uintptr_t>(rq.in), b = reinterpret_cast<uintptr_t>(rq.out);

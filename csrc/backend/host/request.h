@@ -14,6 +14,7 @@
 
 #include "common/types.h"
 #include "snac/spec.h"
+#include "snac/spec_traits.h"
 
 namespace purlin::backend {
 
@@ -68,7 +69,7 @@ snac::Spec build_spec(const Request& rq, const std::vector<PeerMeta>& all);
 // Key identifying this rank's plan for an agreed call (for the plan cache).
 std::string plan_key(const Request& rq, const std::vector<PeerMeta>& all);
 
-uint64_t spec_hash(const snac::Spec& s);
+using snac::spec_hash;  // snac/spec_traits.h
 
 // How this rank's flat Input and Output relate in memory.
 enum class IoAlias : uint8_t {

@@ -31,15 +31,6 @@ using Probe = WorkspaceProbe;
 
 std::string rank_str(int r) { return "rank " + std::to_string(r); }
 
-// One parity (half) of a region: every rank's contribution of the largest
-// collective it serves plus the planner's alignment (`align` payload bytes)
-// of each piece, stored as `stored` bytes per `payload` bytes of it, rounded
-// up to 4 KiB.
-int64_t region_half_bytes(int64_t world, int64_t max_bytes, int64_t align, int64_t stored, int64_t payload) {
-  const int64_t bytes = world * max_bytes + world * world * align;
-  return ((bytes + payload - 1) / payload * stored + 4095) / 4096 * 4096;
-}
-
 }  // namespace
 
 std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& opt, const AllGather& exchange,
@@ -136,23 +127,8 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
       ws->wide_refusal_ = "NVLink between the GPUs is not known: " + ws->wide_refusal_;
     if (!ws->wide_refusal_.empty()) ws->line_format_ = LineFormat::Narrow;
   }
-  if (line_max > 0) {
-    ws->layout_.line_half = region_half_bytes(opt.world, line_max, kPartBytes, 2, 1);
-    ws->layout_.line_offset = ws->layout_.pad_bytes() + ws->workspace_bytes_;
-    if (ws->line_format_ != LineFormat::Narrow) {
-      ws->layout_.wide_half = region_half_bytes(opt.world, line_max, kWideAlignBytes, kWideLineBytes, kWidePayload);
-      ws->layout_.wide_offset = ws->layout_.line_offset + 2 * ws->layout_.line_half;
-    }
-  }
-  // NOTE [parity plans]: two halves of plain data, each room for every rank's
-  // contribution of the largest parity plan plus the planner's alignment.
-  // Apart from the line region: plain data there could pass for a line.
   ws->parity_max_bytes_ = parity_max;
-  if (parity_max > 0) {
-    ws->layout_.parity_half = region_half_bytes(opt.world, parity_max, kPartBytes, 1, 1);
-    ws->layout_.parity_offset =
-        ws->layout_.pad_bytes() + ws->workspace_bytes_ + 2 * ws->layout_.line_half + 2 * ws->layout_.wide_half;
-  }
+  lay_out_regions(&ws->layout_, ws->workspace_bytes_, line_max, ws->line_format_ != LineFormat::Narrow, parity_max);
 
   // ---- handle ------------------------------------------------------------
   std::string local;
@@ -217,9 +193,20 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   return ws;
 }
 
+ProtocolSettings SymmetricWorkspace::protocol_settings() const {
+  ProtocolSettings p;
+  p.world = layout_.world;
+  p.workspace_bytes = workspace_bytes_;
+  p.line_max_bytes = line_max_bytes_;
+  p.parity_max_bytes = parity_max_bytes_;
+  p.line_format = line_format_;
+  p.layout = layout_;
+  p.config = config_;
+  return p;
+}
+
 int64_t SymmetricWorkspace::line_slot_elems(int64_t esize, bool wide) const {
-  const int64_t payload = wide ? layout_.wide_half / kWideLineBytes * kWidePayload : layout_.line_half / 2;
-  return payload / esize;
+  return protocol_settings().line_slot_elems(esize, wide);
 }
 
 void SymmetricWorkspace::release() {

@@ -38,14 +38,10 @@
 #include <vector>
 
 #include "atom/cuda/protocol/launch_config.h"
+#include "atom/cuda/protocol/protocol_choice.h"
 #include "atom/cuda/signal_pad.h"
 
 namespace purlin::atom::cuda {
-
-// Which flagged lines a group runs (TORCH_PURLIN_CUDA_LINE_FORMAT): narrow
-// only, wide wherever a plan allows, or auto (wide where they measured
-// faster: NOTE [wide lines]). Numbered for the setup exchange.
-enum class LineFormat : int { Narrow = 0, Wide = 1, Auto = 2 };
 
 class SymmetricWorkspace {
  public:
@@ -98,6 +94,8 @@ class SymmetricWorkspace {
   int64_t parity_max_bytes() const { return parity_max_bytes_; }
   // Elements of `esize` bytes one half of the parity region holds.
   int64_t parity_slot_elems(int64_t esize) const { return layout_.parity_half / esize; }
+  // What the group's protocol choice depends on (NOTE [protocol choice]), as agreed at setup.
+  ProtocolSettings protocol_settings() const;
   ErrorRecord* error_host() const { return err_host_; }
   ErrorRecord* error_device() const { return err_dev_; }
 

@@ -77,8 +77,9 @@ LaunchConfig launch_config_portable(const DeviceInfo& d) {
 }
 
 LaunchConfig choose_launch_config(const DeviceInfo& d) {
-  if (d.major == 9 && d.minor == 0) return launch_config_sm90(d);
-  return launch_config_portable(d);
+  LaunchConfig c = d.major == 9 && d.minor == 0 ? launch_config_sm90(d) : launch_config_portable(d);
+  c.overlapped_launch = d.major >= 9;  // programmatic dependent launch exists from sm_90 on
+  return c;
 }
 
 // NOTE [wide line shape] A warp moves wide lines (128 bytes, 120 of payload:

@@ -1,7 +1,9 @@
-// launch_config.h — how many blocks and threads a plan kernel launch uses.
+// launch_config.h — an architecture's protocol table: how many blocks and
+// threads a plan kernel launch uses, from which sizes line plans take wide
+// lines, and whether launches may overlap.
 //
 // choose_launch_config() is the one place that picks an architecture's tuned
-// configuration (launch_config_<arch>.cu) or the portable one. A config is a
+// configuration (launch_config_<arch>.cc) or the portable one. A config is a
 // thread count and a table from the bytes a collective moves to its block
 // count g: few blocks for small messages (fewer flags to raise and poll),
 // many for large ones (enough loads in flight to fill NVLink). The g of one
@@ -36,6 +38,15 @@ struct LaunchConfig {
   int max_blocks = 1;
   int fixed_blocks = 0;              // > 0: every launch uses this many (TORCH_PURLIN_CUDA_BLOCKS)
   const char* name = "portable";
+  // NOTE [wide lines] (device/wide_line.cuh): with the auto line format, a line plan runs on
+  // wide lines above these bytes per rank: specs of one chunk (all_reduce, broadcast, reduce),
+  // reductions of several chunks (reduce_scatter), copies of several chunks (all_gather,
+  // all_to_all). Measured on 2x H200 (launch_config_sm90.cc); the portable table keeps them.
+  int64_t wide_one_chunk_above = 128 << 10;
+  int64_t wide_reductions_above = 256 << 10;
+  int64_t wide_copies_above = 512 << 10;
+  // NOTE [overlapped launch] (device/launch_typed.cuh): programmatic dependent launch, sm_90 on.
+  bool overlapped_launch = false;
 
   // Blocks for a collective whose Spec moves `bytes` (rank-invariant).
   int blocks_for(int64_t bytes) const;
