@@ -889,7 +889,10 @@ def _worker(rank, world, init_file, log_path):
             dist.gather(t, [*out.chunk(W)] if out is not None else None, dst=root, group=group)
             if rank == root:
                 assert_equal(out, torch.cat(xs), f"pool gather n={n} root={root}")
-        assert "zero-copy" in torch_purlin.last_launch(group)["protocol"], torch_purlin.last_launch(group)
+        # reduce reads the pool in place on every rank; gather never does (its root may pass its input
+        # inside its output, at a pool offset the peers cannot know: NOTE [zero-copy in place]).
+        proto = torch_purlin.last_launch(group)["protocol"]
+        assert ("zero-copy" in proto) == (op == "reduce"), proto
         t.fill_(-1)  # the caller may overwrite its input as soon as the op returned (Release waits)
         x = torch.full((1000,), rank + 1.0, device=dev)  # the group is still in step
         dist.all_reduce(x, group=group)

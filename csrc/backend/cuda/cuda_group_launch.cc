@@ -120,7 +120,9 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   // protocol choice decides on the Spec); the pool is not tried for them. A
   // region request that does not qualify returns the workspace plan, used as
   // it is unless the call uses the pool (NOTE [symmetric use is rank-invariant]).
-  const CachedPlan* cp = &plan_for(rq, all, SymmetricUse{}, true);
+  // PREMUL_SUM never runs in a region (peers would read the scale word without a barrier): asked
+  // for here, so that the memo and the cache keep its plans apart (NOTE [protocol choice]).
+  const CachedPlan* cp = &plan_for(rq, all, SymmetricUse{}, rq.redop != RedOp::PremulSum);
   PoolUse pu;
   if (!(cp->choice.lines || cp->choice.parity)) {
     pu = pool_use(rq, all);

@@ -77,6 +77,9 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, std::vector<
   return c;
 }
 
+// The cache key holds every fact choose_protocol reads (NOTE [protocol choice]): the Spec's inputs
+// (plan_key: op, element size, root, sizes, splits, custom hash), the aliasing, the pool's use and
+// the region request (PREMUL_SUM asks for none); two-shot and direct local reads follow from them.
 const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use,
                                                        bool region, cu::IoAlias alias, int64_t shift) {
   if (all.empty()) all = peer_meta(rq);
