@@ -15,7 +15,7 @@ purlin_group (a group whose CUDA engine is created under given env settings).
 
 Ranks sharing a GPU (NOTE [shared GPU] in csrc/atom/cuda/host/symmetric_workspace.h):
 with fewer GPUs than ranks, a suite runs only under TORCH_PURLIN_CUDA_SHARE_GPU=1
-(start CUDA MPS first: tools/device_session.sh does for NPROC > GPUs); rank r
+(start CUDA MPS first: tools/gpu_session.sh and test/gpu/run_gpu_suite.sh do for NPROC > GPUs); rank r
 then uses GPU r % count, and NCCL, which refuses such groups, is no reference:
 workers check against the CPU references only and skip NCCL-only families
 (Runner.skip, reported by pytest as skipped).

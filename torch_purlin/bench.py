@@ -1,6 +1,10 @@
 """Collective benchmark: purlin next to other implementations, in nccl-tests columns.
 
+    python -m torch_purlin.bench                     # spawns its own ranks: GPUs if 2+, else CPU
     torchrun --nproc-per-node=N -m torch_purlin.bench [--impls purlin,gloo] [--device cpu] ...
+
+Started without torchrun it spawns --nproc ranks itself (default: one per GPU
+when at least two are visible, else 2 to 4 CPU ranks as the cores allow).
 
 Each impl (bench_impls.py) is a process group of its own, or torch's symmetric
 memory ops; all impls run at the same sizes and iteration counts, in the same
@@ -328,6 +332,12 @@ def parse_bytes(text):
 # issue's sweep (1K..1G, x4, eager and graph), "quick" a 6-size look at it; no
 # preset keeps the historical defaults. Cost estimates: benchmarks/README.md.
 PRESETS = {
+    # "start": what `./purlin bench` runs: about two minutes on a 2-core machine (CPU), the
+    # issue's sweep on GPUs.
+    "start-cpu": dict(min_bytes=4 << 10, max_bytes=16 << 20, step_factor=4, iters=20, warmup=3,
+                      time_cap=0.3, mode="eager"),
+    "start-cuda": dict(min_bytes=1 << 10, max_bytes=1 << 30, step_factor=4, iters=20, warmup=5,
+                       time_cap=0.2, mode="both"),
     None: dict(min_bytes=4 << 10, max_bytes=64 << 20, step_factor=2, iters=20, warmup=5,
                time_cap=2.0, mode="eager"),
     "full": dict(min_bytes=1 << 10, max_bytes=1 << 30, step_factor=4, iters=20, warmup=5,
@@ -335,19 +345,30 @@ PRESETS = {
     "quick": dict(min_bytes=1 << 10, max_bytes=1 << 30, step_factor=16, iters=10, warmup=2,
                   time_cap=0.05, mode="both"),
 }
-DEFAULT_IMPLS = {"cuda": "purlin,purlin-sym,nccl,symm1,symm2", "cpu": "purlin,purlin-sym,gloo"}
+DEFAULT_IMPLS = {"cuda": "purlin,purlin-sym,nccl,symm1,symm2", "cpu": "purlin,gloo"}
+
+
+def default_nproc(device):
+    """One rank per GPU; on CPU 2 to 4 ranks, no more than the cores (a rank per core)."""
+    if device == "cuda":
+        return max(2, torch.cuda.device_count())
+    return max(2, min(4, os.cpu_count() or 2))
 
 
 def parse_args(argv):
-    gpu = torch.cuda.is_available()
+    gpu = torch.cuda.is_available() and torch.cuda.device_count() >= 2
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add = p.add_argument
-    add("--device", choices=("cpu", "cuda"), default="cuda" if gpu else "cpu")
+    add("--device", choices=("cpu", "cuda"), default="cuda" if gpu else "cpu",
+        help="default cuda when at least two GPUs are visible, else cpu")
+    add("--nproc", type=int, help="ranks to spawn when not started by torchrun (default: one per GPU, "
+        "or 2 to 4 CPU ranks as the cores allow)")
     add("--ops", default=DEFAULT_OPS, help=f"comma list of: {','.join(OPS)}")
     add("--dtype", help="torch dtype name; default float32 on cpu, bfloat16 on cuda")
     add("--redop", choices=tuple(REDOPS), default="sum")
-    add("--preset", choices=[k for k in PRESETS if k],
-        help="defaults for the options not given: full = -b 1K -e 1G -f 4 --mode both "
+    add("--preset", choices=["start"] + [k for k in PRESETS if k and not k.startswith("start")],
+        help="defaults for the options not given: start = what ./purlin bench runs (CPU: -b 4K -e 16M -f 4 "
+        "--time-cap 0.3; cuda: -b 1K -e 1G -f 4 --mode both --time-cap 0.2); full = -b 1K -e 1G -f 4 --mode both "
         "--time-cap 0.25 (the issue's sweep); quick = -b 1K -e 1G -f 16 --mode both "
         "--time-cap 0.05 -n 10 -w 2")
     add("--quick", dest="preset", action="store_const", const="quick", help="--preset quick")
@@ -383,7 +404,8 @@ def parse_args(argv):
     add("--out-dir", metavar="DIR", help="bench.md, bench.json and one PNG per op in DIR "
         "(--md, --json, --png-dir given as well win)")
     a = p.parse_args(argv)
-    for k, v in PRESETS[a.preset].items():
+    preset = f"start-{a.device}" if a.preset == "start" else a.preset
+    for k, v in PRESETS[preset].items():
         if getattr(a, k) is None:
             setattr(a, k, v)
     if a.out_dir:
@@ -529,8 +551,31 @@ def warm_up_cell(impls, args, n, rank):
     del case
 
 
+def _spawned_rank(rank, nproc, port, argv):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)  # one intra-op thread per rank (docs/DESIGN.md, traps: ranks share the cores)
+    main(argv)
+
+
+def spawn(argv, nproc):
+    """Runs main(argv) on nproc ranks of this machine, as torchrun would."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.start_processes(_spawned_rank, args=(nproc, port, argv), nprocs=nproc, start_method="spawn")
+
+
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if "RANK" not in os.environ:  # not started by torchrun: start the ranks here
+        return spawn(argv, args.nproc or default_nproc(args.device.type))
     args.t0 = time.perf_counter()
     if args.device.type == "cuda":  # ranks beyond the GPUs share them (bench_impls.shares_gpu)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())

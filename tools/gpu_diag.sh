@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# device_diag.sh — build, then bring up 2 ranks step by step (test/gpu/diag.py),
-# rank 0 under cuda-gdb for a native backtrace on a crash. Logs to $OUT.
+# gpu_diag.sh — build, then bring up 2 ranks step by step (test/gpu/diag.py), rank 0 under
+# cuda-gdb for a native backtrace on a crash:  bash tools/gpu_diag.sh [LOG_DIR]  (default ./gpu_logs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source tools/device_env.sh
+source tools/gpu_env.sh
 { command -v g++; g++ --version | head -1; $CXX --version | head -1; ls /opt/gcc/lib*/libstdc++.so* 2>/dev/null; } 2>&1 | sed "s/^/[env] /"
-OUT="${OUT:-$PWD/gpu_logs}"; mkdir -p "$OUT"
-PURLIN_CUDA_ARCHS=90 MAX_JOBS=$(nproc) python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+OUT="${1:-$PWD/gpu_logs}"; mkdir -p "$OUT"
+PURLIN_CUDA_ARCHS="$(gpu_archs)" MAX_JOBS=$(nproc) python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 export PYTHONPATH="$PWD"
 store=$(mktemp -u)
 timeout 120 python3 test/gpu/diag.py 1 "$store" >"$OUT/rank1.txt" 2>&1 &
