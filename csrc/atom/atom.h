@@ -16,7 +16,12 @@
 //             (AbortedError, a TimeoutError, when the group is aborted first).
 // Flag values only grow (monotonic epochs), so a flag never needs resetting.
 //
-// This header is torch-free. Implementations: atom/cpu (POSIX shared memory).
+// This header is torch-free. Implementations of HostAtom, the contract as the
+// host-side executor (snac/executor.h) drives it: atom/cpu/cpu_atom.h (POSIX
+// shared memory, CPU tensors) and atom/cuda/host/ce_atom.h (the copy-engine
+// Atom: copy, signal and wait enqueued on a CUDA stream, no SMs). The CUDA plan
+// kernel (atom/cuda/device/plan_kernel.cuh) is the same contract on the device:
+// it interprets lowered plans itself, so it implements no C++ interface.
 #pragma once
 
 #include <cstddef>

@@ -14,9 +14,13 @@
 // Host argument checks are local: a GPU collective has no host arrival
 // handshake (NOTE [device reuse], atom/cuda/device/plan_kernel.cuh). Cross-rank
 // mismatches are caught on the GPU before any peer data is read (NOTE [call
-// tags]) and raised at the rank's next call. Only all_to_all exchanges split
-// sizes (its plan needs every rank's splits; a shared-memory handshake,
-// shm_group.h), and checks them like the CPU path does.
+// tags]) and raised at the rank's next call. Some calls do meet on the host,
+// through a shared-memory handshake (shm_group.h), and check every rank's
+// arguments as the CPU path does: all_to_all (its plan needs every rank's
+// split sizes), every call under TORCH_PURLIN_CUDA_CHECK_CALLS (NOTE [checked
+// calls]), the copy-engine Atom's calls (NOTE [copy-engine call check]), the
+// call after a one-sided argument error (NOTE [one-sided local errors]) and
+// the symmetric pool's allocations (NOTE [pool agreement on the host]).
 // Every native op is CUDA-graph capturable once the group ran one CUDA
 // collective outside capture (that first one sets up the workspace).
 //
