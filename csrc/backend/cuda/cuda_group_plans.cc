@@ -10,12 +10,6 @@
 
 namespace purlin::backend {
 
-namespace {
-
-constexpr size_t kMaxPlans = 1024;
-
-}  // namespace
-
 // request.h's classification, in the device lowering's terms.
 cu::IoAlias CudaGroup::alias_of(const Request& rq, int64_t* shift) {
   static_assert(static_cast<int>(cu::IoAlias::Same) == static_cast<int>(IoAlias::Same) &&
@@ -159,12 +153,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   if (region) key += "/R";
   key += "/s";
   key += std::to_string(shift);
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return *it->second;
-  if (plans_.size() >= kMaxPlans) {  // inline plans are host-only: safe to drop any time
-    for (auto i = plans_.begin(); i != plans_.end();) i = i->second->inl ? plans_.erase(i) : std::next(i);
-    for (PlanMemo& m : memo_) m = PlanMemo{};  // they may point at a dropped plan
-  }
+  if (const CachedPlan* cached = plans_.find(key)) return *cached;  // NOTE [plan caches] (plan_cache.h)
   const snac::Spec spec = build_spec(rq, all);
   int64_t spec_bytes = 0;  // rank-invariant: every rank picks the same blocks and staging
   for (const auto& ch : spec.chunks) spec_bytes += ch.numel() * esize;
@@ -268,7 +257,11 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
                  static_cast<int>(std::count_if(c->plan.ops.begin(), c->plan.ops.end(),
                                                 [](const cu::DevOp& o) { return o.code == cu::kWait && o.own_slot; })),
                  c->inl ? "inline" : "device", plan.describe().c_str());
-  return *plans_.emplace(key, std::move(c)).first->second;
+  bool dropped = false;
+  const CachedPlan& kept = plans_.insert(std::move(key), std::move(c), &dropped);
+  if (dropped)
+    for (PlanMemo& m : memo_) m = PlanMemo{};  // they may point at a dropped plan
+  return kept;
 }
 
 }  // namespace purlin::backend
