@@ -3,9 +3,13 @@ dist.destroy_process_group shuts the group down (later ops refuse, a pool tensor
 group in the same processes works), torch's _abort_process_group ends a host wait of the CUDA path
 at once, and a kernel's or copy-engine stream's wait within a millisecond (NOTE [device abort]), and the NCCL
 fallback a group made is shut down with it (ProcessGroupNCCL otherwise warns
-that destroy_process_group() "was not called"). Skips cleanly without the GPUs.
+that destroy_process_group() "was not called"). A group that breaks on one rank is broken on every rank
+within seconds, and a peer killed while the others' kernels wait for it is named by them within seconds
+(NOTE [group health], csrc/backend/host/group_health.h). Skips cleanly without the GPUs.
 """
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -21,6 +25,7 @@ from mp_util import int_floats
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu_session.sh NPROC)
 NCCL_UNSHUT = "destroy_process_group() was not called"  # ProcessGroupNCCL's destructor, when never shut down
+NOTICE_S = 3.0  # a peer's break or death reaches every rank within this (the watcher looks every 50 ms)
 
 
 def worker(rank, path, result_path):
@@ -174,6 +179,177 @@ def test_destroy_new_group_and_abort_on_cuda():
     if gpus_missing(WORLD):
         pytest.skip(gpus_missing(WORLD))
     run_ranks_expect_ok(worker, WORLD)
+
+
+def pids_of(store, rank, tag):
+    store.set(f"{tag}/pid{rank}", str(os.getpid()))
+    return [int(store.get(f"{tag}/pid{r}")) for r in range(WORLD)]
+
+
+def broken_group_worker(rank, path, result_path):
+    """NOTE [group health] on CUDA tensors: (1) a call-tag mismatch raises on every rank within seconds of
+    the call (group timeout 60 s), each naming another rank: as its own kernel saw it, or as the rank that
+    found it; (2) a device timeout on one rank (its group's timeout 2 s, the others' 60 s) ends the kernels
+    of the ranks still waiting within NOTICE_S, naming that rank, its pid and its timeout, and the next call
+    of a rank that never joined raises at once naming it."""
+    import torch_purlin
+
+    dev = init_purlin_worker(rank, WORLD, path, timedelta(seconds=120))
+    store = dist.distributed_c10d._get_default_store()
+    pids = pids_of(store, rank, "broken")
+    errors, seen = [], []
+    native = {"TORCH_PURLIN_CUDA_NCCL_FROM": "none"}
+
+    # (1) call tags: workspace plans, sizes that differ on every rank
+    g = torch_purlin.group_with_settings(dict(native, TORCH_PURLIN_CUDA_LINE_BYTES="0",
+                                              TORCH_PURLIN_CUDA_PARITY_BYTES="0"),
+                                         timeout=timedelta(seconds=60), device="cuda")
+    start = time.monotonic()
+    t = torch.ones(1000 + 512 * rank, device=dev)
+    text = ""
+    try:
+        dist.all_reduce(t, group=g)
+        torch.cuda.synchronize()
+        dist.all_reduce(torch.ones(8, device=dev), group=g)
+        errors.append("call tags: no error after a mismatched call")
+    except RuntimeError as e:
+        text = str(e)
+    took = time.monotonic() - start
+    seen.append(f"call tags: raised after {took:.2f} s: {text[:160]!r}")
+    own = re.search(r"rank (\d+) called this collective with other arguments", text)
+    learned = re.search(r"rank (\d+) \(pid (\d+)\) found the group unusable", text)
+    if took > 10:
+        errors.append(f"call tags: raised after {took:.1f} s (group timeout 60 s)")
+    if f"on rank {rank}" not in text or not (own and int(own.group(1)) != rank or
+                                             learned and int(learned.group(1)) != rank
+                                             and int(learned.group(2)) == pids[int(learned.group(1))]):
+        errors.append(f"call tags: the error names no other rank: {text[:400]!r}")
+    dist.barrier()
+    dist.destroy_process_group(g)
+
+    # (2) a device timeout on rank 0 only; the last rank never joins
+    g = torch_purlin.group_with_settings(native, timeout=timedelta(seconds=2 if rank == 0 else 60), device="cuda")
+    dist.barrier()
+    finder = f"rank 0 (pid {pids[0]}) found the group unusable: purlin all_reduce on rank 0: timed out"
+    if rank == WORLD - 1:
+        store.wait(["broken/raised0"])  # rank 0's next call raised: its finding is published by then
+        start = time.monotonic()
+        text = ""
+        try:
+            dist.all_reduce(torch.ones(1000, device=dev), group=g)
+            torch.cuda.synchronize()
+            errors.append("device timeout: a rank that never joined ran its next call")
+        except RuntimeError as e:
+            text = str(e)
+        if finder not in text or time.monotonic() - start > NOTICE_S:
+            errors.append(f"device timeout: the next call took {time.monotonic() - start:.1f} s and raised {text[:400]!r}")
+    else:
+        start = time.monotonic()
+        dist.all_reduce(torch.ones(1000, device=dev), group=g)
+        torch.cuda.synchronize()
+        synced = time.monotonic()
+        if rank == 0:
+            store.set("broken/synced0", repr(synced))
+        elif synced - float(store.get("broken/synced0")) > NOTICE_S:
+            errors.append(f"device timeout: rank {rank}'s kernel ended {synced - start:.1f} s after its launch, "
+                          f"{synced - float(store.get('broken/synced0')):.1f} s after rank 0's")
+        text = ""
+        try:
+            dist.all_reduce(torch.ones(8, device=dev), group=g)
+            errors.append("device timeout: no error after the timeout")
+        except RuntimeError as e:
+            text = str(e)
+        if rank == 0:
+            store.set("broken/raised0", "1")
+        want = "purlin all_reduce on rank 0: timed out" if rank == 0 else finder
+        if want not in text:
+            errors.append(f"device timeout: rank {rank} raised {text[:400]!r}, expected {want!r}")
+        seen.append(f"device timeout: kernel ended {synced - start:.2f} s after the launch")
+    dist.barrier()
+    dist.destroy_process_group(g)
+    dist.destroy_process_group()
+    write_result(result_path, rank, errors, "; ".join(seen))
+
+
+def test_a_broken_group_is_broken_on_every_rank():
+    if gpus_missing(WORLD):
+        pytest.skip(gpus_missing(WORLD))
+    run_ranks_expect_ok(broken_group_worker, WORLD)
+
+
+def killed_peer_worker(rank, path, result_path):
+    """NOTE [group health]: the last rank kills itself while the others' kernels wait for it (an async
+    all_reduce of 4 MB, group timeout 60 s); their GPUs are free within NOTICE_S of the kill, the work and
+    the next call name the dead rank and its pid, destroy_process_group works after, and no segment of the
+    group is left in /dev/shm."""
+    import torch_purlin
+
+    dev = init_purlin_worker(rank, WORLD, path, timedelta(seconds=120))
+    store = dist.distributed_c10d._get_default_store()
+    pids = pids_of(store, rank, "killed")
+    victim = WORLD - 1
+    errors = []
+    g = torch_purlin.group_with_settings({"TORCH_PURLIN_CUDA_NCCL_FROM": "none"}, timeout=timedelta(seconds=60),
+                                         device="cuda")
+    x = int_floats(500 + rank, (1 << 20,)).to(dev)
+    dist.all_reduce(x, group=g)
+    torch.cuda.synchronize()
+    if not torch.equal(x.cpu(), sum(int_floats(500 + r, (1 << 20,)) for r in range(WORLD))):
+        errors.append("all_reduce before the kill is wrong")
+    store.set(f"killed/ready{rank}", "1")
+    store.wait([f"killed/ready{r}" for r in range(WORLD)])
+    if rank == victim:
+        time.sleep(1.0)  # the others' kernels wait for this rank by now
+        store.set("killed/at", repr(time.monotonic()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    work = dist.all_reduce(torch.ones(1 << 20, device=dev), group=g, async_op=True)
+    torch.cuda.synchronize()
+    freed = time.monotonic() - float(store.get("killed/at"))
+    if freed > NOTICE_S:
+        errors.append(f"the GPU stayed busy {freed:.1f} s after the kill (group timeout 60 s)")
+    name = f"rank {victim} (pid {pids[victim]}) is gone: its process ended"
+    for what, call in (("work.wait()", work.wait), ("the next all_reduce",
+                                                   lambda: dist.all_reduce(torch.ones(8, device=dev), group=g))):
+        try:
+            call()
+            errors.append(f"{what} did not raise after the kill")
+        except RuntimeError as e:
+            if name not in str(e):
+                errors.append(f"{what} raised {str(e)[:400]!r}, expected it to name {name!r}")
+    start = time.monotonic()
+    dist.destroy_process_group(g)
+    dist.destroy_process_group()
+    if time.monotonic() - start > 30:
+        errors.append(f"destroy_process_group took {time.monotonic() - start:.1f} s after the kill")
+    left = [f for f in os.listdir("/dev/shm") if any(f.startswith(f"purlin_{p}_") for p in pids)]
+    if left:
+        errors.append(f"/dev/shm still holds {left}")
+    write_result(result_path, rank, errors, f"GPU free {freed:.2f} s after the kill; the errors name {name!r}")
+
+
+def test_a_killed_peer_is_noticed_while_kernels_wait():
+    if gpus_missing(WORLD):
+        pytest.skip(gpus_missing(WORLD))
+    import tempfile
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as d:
+        res = os.path.join(d, "result")
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=killed_peer_worker, args=(r, os.path.join(d, "store"), res)) for r in range(WORLD)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(300)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        codes = [p.exitcode for p in procs]
+        assert codes == [0] * (WORLD - 1) + [-signal.SIGKILL], f"exit codes {codes}"
+        for r in range(WORLD - 1):
+            with open(f"{res}.{r}") as f:
+                text = f.read()
+            print(f"rank {r}: {text}")
+            assert text.startswith("ok"), f"rank {r}: {text}"
 
 
 # One rank, one GPU: NCCL at world 1 needs no second GPU, so this also runs where ranks share one.

@@ -29,8 +29,12 @@ def _make_fallback(store, rank, size, timeout, device_type):
 
 
 def _create(dist_opts, backend_opts):
+    # This process's rank in the default group, which the group's health messages name (NOTE [group
+    # health]): torch lists a new group's global ranks; the default group's list is empty.
+    ranks = list(getattr(dist_opts, "global_ranks_in_group", None) or [])
+    global_rank = ranks[dist_opts.group_rank] if dist_opts.group_rank < len(ranks) else dist_opts.group_rank
     return _C.PurlinBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
-                            _make_fallback)
+                            _make_fallback, global_rank)
 
 
 def register():

@@ -19,7 +19,7 @@ struct SegmentHeader {  // NOTE [cpu segment layout], bytes [0, 64)
   uint32_t version;
   int32_t world;
   int32_t rank;
-  uint32_t reserved;
+  uint32_t owner_bytes;
   uint64_t meta_bytes;
   uint64_t workspace_bytes;
 };
@@ -38,16 +38,18 @@ inline void cpu_relax() {
 
 }  // namespace
 
-CpuAtom::Layout CpuAtom::Layout::compute(int world, size_t meta_bytes, size_t workspace_bytes) {
+CpuAtom::Layout CpuAtom::Layout::compute(int world, size_t meta_bytes, size_t workspace_bytes, size_t owner_bytes) {
   Layout l;
   l.world = world;
   l.meta_bytes = meta_bytes;
   l.workspace_bytes = workspace_bytes;
+  l.owner_bytes = owner_bytes;
   l.pad_off = kLine;
   const size_t pad_end = l.pad_off + static_cast<size_t>(FlagKind::kCount) * world * kLine;
   l.meta_off = round_up(pad_end, kLine);
   l.meta_stride = round_up(meta_bytes, kLine);
-  l.ws_off = round_up(l.meta_off + 2 * l.meta_stride, kPage);
+  l.owner_off = l.meta_off + 2 * l.meta_stride;
+  l.ws_off = round_up(l.owner_off + owner_bytes, kPage);
   l.total = l.ws_off + workspace_bytes;
   return l;
 }
@@ -61,18 +63,19 @@ std::string CpuAtom::segment_name(const std::string& name_prefix, int rank) {
 }
 
 CpuAtom::CpuAtom(std::string name_prefix, int rank, int world, size_t workspace_bytes, size_t meta_bytes,
-                 std::chrono::milliseconds timeout)
+                 std::chrono::milliseconds timeout, size_t owner_bytes)
     : prefix_(std::move(name_prefix)), rank_(rank), world_(world), timeout_(timeout) {
+  if (owner_bytes > UINT32_MAX) throw std::invalid_argument("purlin CpuAtom: owner area too large");
   if (world < 1 || rank < 0 || rank >= world)
     throw std::invalid_argument("purlin CpuAtom: bad rank " + std::to_string(rank) + " for world " +
                                 std::to_string(world));
   set_timeout(timeout);
-  layout_ = Layout::compute(world, meta_bytes, workspace_bytes);
+  layout_ = Layout::compute(world, meta_bytes, workspace_bytes, owner_bytes);
   own_ = cpu::ShmSegment::create(segment_name(prefix_, rank_), layout_.total);
   std::byte* b = own_.data();
   for (int k = 0; k < static_cast<int>(FlagKind::kCount); ++k)  // the pad's atomics live in our segment
     for (int s = 0; s < world_; ++s) new (flag(b, FlagKind(k), s)) std::atomic<uint64_t>(0);
-  SegmentHeader h{kMagic, kLayoutVersion, world, rank, 0, meta_bytes, workspace_bytes};
+  SegmentHeader h{kMagic, kLayoutVersion, world, rank, static_cast<uint32_t>(owner_bytes), meta_bytes, workspace_bytes};
   std::memcpy(b, &h, sizeof h);
   peers_.resize(world_);
   bases_.assign(world_, nullptr);
@@ -87,13 +90,14 @@ void CpuAtom::attach_peers() {
     SegmentHeader h;
     std::memcpy(&h, seg.data(), sizeof h);
     if (h.magic != kMagic || h.version != kLayoutVersion || h.world != world_ || h.rank != r ||
-        h.meta_bytes != layout_.meta_bytes || h.workspace_bytes != layout_.workspace_bytes) {
+        h.meta_bytes != layout_.meta_bytes || h.workspace_bytes != layout_.workspace_bytes ||
+        h.owner_bytes != layout_.owner_bytes) {
       std::ostringstream m;
       m << "purlin CpuAtom: rank " << rank_ << " found a mismatched segment '" << seg.name() << "': magic 0x"
         << std::hex << h.magic << std::dec << " version " << h.version << " world " << h.world << " rank "
-        << h.rank << " meta_bytes " << h.meta_bytes << " workspace_bytes " << h.workspace_bytes
-        << " (expected world " << world_ << " rank " << r << " meta_bytes " << layout_.meta_bytes
-        << " workspace_bytes " << layout_.workspace_bytes << ")";
+        << h.rank << " meta_bytes " << h.meta_bytes << " workspace_bytes " << h.workspace_bytes << " owner_bytes "
+        << h.owner_bytes << " (expected world " << world_ << " rank " << r << " meta_bytes " << layout_.meta_bytes
+        << " workspace_bytes " << layout_.workspace_bytes << " owner_bytes " << layout_.owner_bytes << ")";
       throw std::runtime_error(m.str());
     }
     bases_[r] = seg.data();
@@ -175,6 +179,12 @@ void CpuAtom::throw_timeout(int peer, FlagKind kind, uint64_t have, uint64_t wan
                             bool aborted) const {
   std::ostringstream m;
   m << "purlin " << site.op << " (seq " << site.seq << ") on rank " << rank_ << ": ";
+  const std::string why = aborted && abort_reason_ ? abort_reason_() : std::string();
+  if (!why.empty()) {  // the group broke (NOTE [group health] in backend/host/group_health.h)
+    m << "the group is unusable: " << why << " (this rank was in phase '" << site.phase << "' waiting for rank "
+      << peer << ": its " << flag_kind_name(kind) << " flag is " << have << ", needed >= " << want << ")";
+    throw AbortedError(m.str());
+  }
   if (aborted) m << "the group was aborted";
   else m << "timed out after " << static_cast<double>(timeout_.count()) / 1000.0 << " s";
   m << " in phase '" << site.phase << "' waiting for rank " << peer << " (" << flag_kind_name(kind) << " flag is " << have

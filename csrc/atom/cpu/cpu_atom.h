@@ -18,6 +18,11 @@
 //                     64 + (k * world + s) * 64. Only rank s writes it.
 //   meta_off          2 metadata blobs (parity 0, 1) of meta_bytes, each
 //                     starting on a 64-byte boundary (stride = meta_stride)
+//   owner_off         the owner area, 64-byte aligned, owner_bytes long (0 by
+//                     default): the Atom never reads or writes it; its owner
+//                     keeps there what every rank must see of every other
+//                     (the backend: the group's health record, NOTE [group
+//                     health] in backend/host/group_health.h)
 //   ws_off            the workspace, 4096-byte aligned, workspace_bytes long
 // A fresh segment is all zeros (ftruncate), so every flag starts at 0.
 //
@@ -33,13 +38,16 @@
 // batch of checks. Every wait is bounded by timeout() and then throws
 // TimeoutError naming op, seq, rank, phase, peer, flag kind and values; with
 // an abort flag set (set_abort_flag), a wait that sees it raised at a clock
-// read throws AbortedError with the same names instead (within ~1 ms).
+// read throws AbortedError with the same names instead (within ~1 ms): "the
+// group was aborted", or the reason the flag's owner gives (why the group
+// broke) followed by what this rank was waiting for.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,14 +62,14 @@ static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t), "signal flags a
 class CpuAtom : public HostAtom {
  public:
   static constexpr uint64_t kMagic = 0x4d48534e4c525550ull;  // "PURLNSHM" little-endian
-  static constexpr uint32_t kLayoutVersion = 1;
+  static constexpr uint32_t kLayoutVersion = 2;  // 2: the owner area
   static constexpr std::chrono::microseconds kSpinFor{20};
   static constexpr std::chrono::microseconds kYieldFor{1000};
   static constexpr std::chrono::microseconds kSleep{30};
 
   // Creates and maps /dev/shm/<name_prefix>_r<rank>. name_prefix starts with '/'.
   CpuAtom(std::string name_prefix, int rank, int world, size_t workspace_bytes, size_t meta_bytes,
-          std::chrono::milliseconds timeout);
+          std::chrono::milliseconds timeout, size_t owner_bytes = 0);
   ~CpuAtom() override = default;  // members unmap, and unlink the own name if still linked
   CpuAtom(const CpuAtom&) = delete;
   CpuAtom& operator=(const CpuAtom&) = delete;
@@ -72,8 +80,13 @@ class CpuAtom : public HostAtom {
 
   void set_timeout(std::chrono::milliseconds timeout);  // > 0
   // A flag that, once true, ends every wait with AbortedError (NOTE [cpu wait
-  // strategy]); read relaxed, from any thread; must outlive the atom. nullptr: none.
-  void set_abort_flag(const std::atomic<bool>* aborted) { aborted_ = aborted; }
+  // strategy]); read relaxed, from any thread; must outlive the atom. nullptr:
+  // none. `reason` (may be empty), asked when a wait ends so: "" for "the
+  // group was aborted", else why the group broke, which the error then names.
+  void set_abort_flag(const std::atomic<bool>* aborted, std::function<std::string()> reason = {}) {
+    aborted_ = aborted;
+    abort_reason_ = std::move(reason);
+  }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   static std::string segment_name(const std::string& name_prefix, int rank);
@@ -85,6 +98,9 @@ class CpuAtom : public HostAtom {
   size_t workspace_bytes() const override { return layout_.workspace_bytes; }
   std::byte* meta(int rank, int parity) override;
   size_t meta_bytes() const override { return layout_.meta_bytes; }
+  // Rank `rank`'s owner area (NOTE [cpu segment layout]), owner_bytes() long.
+  std::byte* owner_area(int rank) { return base(rank) + layout_.owner_off; }
+  size_t owner_bytes() const { return layout_.owner_bytes; }
   void copy(void* dst, const void* src, size_t bytes) override;
   void reduce(void* dst, const void* const* srcs, const double* scales, int nsrc, int64_t n, DType dtype,
               RedOp op) override;
@@ -94,9 +110,9 @@ class CpuAtom : public HostAtom {
   // NOTE [cpu segment layout], computed once from (world, meta_bytes, workspace_bytes).
   struct Layout {
     int world = 0;
-    size_t meta_bytes = 0, workspace_bytes = 0;
-    size_t pad_off = 0, meta_off = 0, meta_stride = 0, ws_off = 0, total = 0;
-    static Layout compute(int world, size_t meta_bytes, size_t workspace_bytes);
+    size_t meta_bytes = 0, workspace_bytes = 0, owner_bytes = 0;
+    size_t pad_off = 0, meta_off = 0, meta_stride = 0, owner_off = 0, ws_off = 0, total = 0;
+    static Layout compute(int world, size_t meta_bytes, size_t workspace_bytes, size_t owner_bytes = 0);
     size_t flag_off(FlagKind kind, int sender) const;
   };
   const Layout& layout() const { return layout_; }
@@ -116,6 +132,7 @@ class CpuAtom : public HostAtom {
   std::vector<std::byte*> bases_;       // segment base per rank; nullptr until attached
   bool attached_ = false;
   const std::atomic<bool>* aborted_ = nullptr;
+  std::function<std::string()> abort_reason_;
 };
 
 }  // namespace purlin::atom

@@ -174,11 +174,12 @@ PYBIND11_MODULE(_C, m) {
            [](const PurlinOptions& self, py::dict) { return c10::make_intrusive<PurlinOptions>(self); });
   backend_cls
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout, py::object make_fallback) {
+                       std::chrono::milliseconds timeout, py::object make_fallback, int global_rank) {
              return backend::GilReleasedHolder<backend::PurlinBackend>(c10::make_intrusive<backend::PurlinBackend>(
-                 store, rank, size, timeout, wrap_factory(std::move(make_fallback))));
+                 store, rank, size, timeout, wrap_factory(std::move(make_fallback)), global_rank));
            }),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("make_fallback"))
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("make_fallback"),
+           py::arg("global_rank") = -1)
       .def_property_readonly("options", &backend::PurlinBackend::getBackendOptions)
       // NOTE [split groups] (split_group.cc): new_group() on a device-bound default group asks the
       // non-members' backend for a "no color" split; a purlin split involves no non-member.

@@ -17,7 +17,9 @@
 //               the stream of this rank's last native collective. That is the
 //               teardown the backend's destructor ran at destroy_process_group
 //               before (torch drops its last reference there), now also when
-//               user code still holds the group. Idempotent. Like
+//               user code still holds the group. Releasing an engine ends its
+//               health watch, and its peers learn that this rank shut the
+//               group down (NOTE [group health]). Idempotent. Like
 //               destroy_process_group, it must not race an op of the group on
 //               another thread.
 //   abort()     Never blocks on purlin's side and frees nothing (an op may be
@@ -32,8 +34,14 @@
 //               atom/cuda/signal_pad.h: the work's error names the abort and
 //               the rank waited for; its outputs are undefined), and abort() is
 //               forwarded to each fallback backend (NCCL aborts its
-//               communicators). The engines are released when the backend is
-//               destroyed; a shutdown() after abort() only forwards.
+//               communicators). The peers learn it within about a second and
+//               their waits end too, naming this rank (NOTE [group health]: a
+//               short lock, after the waits here were told). The engines are
+//               released when the backend is destroyed; a shutdown() after
+//               abort() only forwards.
+// A group that broke without abort() (a rank found it unusable, a peer is
+// gone: NOTE [group health]) stays open: its collectives raise why it broke,
+// and shutdown() releases it as usual.
 // Both forward to every fallback even when one throws, then rethrow the first
 // error.
 #include <exception>
@@ -62,7 +70,7 @@ void PurlinBackend::shutdown() {
 }
 
 void PurlinBackend::abort() {
-  abort_signal_.raise();  // host waits re-check its flag; device waits read its words (NOTE [device abort])
+  health_.abort();  // host waits re-check its flag, device waits read its words (NOTE [device abort]); then the peers learn it
   closed_.store(kAborted, std::memory_order_relaxed);
   fallback_.abort_all();
 }

@@ -15,11 +15,12 @@
 namespace purlin::backend {
 
 PurlinBackend::PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                             std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback)
+                             std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback, int global_rank)
     : c10d::Backend(rank, size),
       store_(store),
       timeout_(timeout),
-      fallback_(store, rank, size, timeout, std::move(make_fallback)) {}
+      fallback_(store, rank, size, timeout, std::move(make_fallback)),
+      health_(rank, size, global_rank) {}
 
 PurlinBackend::~PurlinBackend() = default;
 
@@ -31,8 +32,7 @@ void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
 
 HostEngine& PurlinBackend::host() {
   if (!host_) {
-    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_),
-                                           abort_signal_.flag());
+    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_), &health_);
   }
   return *host_;
 }
@@ -64,7 +64,7 @@ std::tuple<std::string, int, int, bool> PurlinBackend::last_launch() const {
 std::map<std::string, std::map<std::string, int64_t>> PurlinBackend::protocol_counts() const { return cuda().protocol_counts(); }
 
 CudaPath& PurlinBackend::cuda() const {
-  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_, &abort_signal_);
+  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_, &health_);
   return *cuda_;
 }
 

@@ -17,8 +17,8 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "backend/host/abort_signal.h"
 #include "backend/fallback/fallback.h"
+#include "backend/host/group_health.h"
 #include "backend/host/request.h"
 
 namespace purlin::backend {
@@ -34,8 +34,10 @@ class PurlinBackend : public c10d::Backend {
     explicit PurlinOptions(std::chrono::milliseconds timeout) : Options("purlin", timeout) {}
   };
 
+  // `global_rank`: this process's rank in the default group (-1: `rank`), which the group's health
+  // messages name (NOTE [group health]).
   PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback);
+                std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback, int global_rank = -1);
   ~PurlinBackend() override;
 
   const std::string getBackendName() const override { return "purlin"; }
@@ -151,12 +153,12 @@ class PurlinBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
   Fallback fallback_;
-  // NOTE [shutdown and abort]: the group's state, and the abort request that ends the host waits
-  // of its shared-memory Atoms and the device waits of its CUDA group (declared before the
-  // engines, which hold its address).
+  // NOTE [shutdown and abort]: the group's state, and its health (NOTE [group health]) with the
+  // abort request that ends the host waits of its shared-memory Atoms and the device waits of its
+  // CUDA group (declared before the engines, which hold its address).
   static constexpr int kOpen = 0, kShutDown = 1, kAborted = 2;
   std::atomic<int> closed_{kOpen};
-  mutable AbortSignal abort_signal_;  // mutable: cuda() const creates the CUDA group that attaches to it
+  mutable GroupHealth health_;  // mutable: cuda() const creates the CUDA group that watches with it
   // NOTE [split groups]: splits asked of this group so far (every rank counts alike), the store
   // torch passed with the last one, and the group made then, returned again when torch asks the
   // same backend (serving CPU and CUDA) for the same split a second time.

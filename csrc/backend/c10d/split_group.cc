@@ -71,7 +71,8 @@ c10::intrusive_ptr<c10d::Backend> PurlinBackend::split(const c10::intrusive_ptr<
   auto child_store = c10::make_intrusive<c10d::PrefixStore>(prefix + "/", store_);
   const auto timeout = opts ? opts->timeout : timeout_;
   auto child = c10::make_intrusive<PurlinBackend>(child_store, static_cast<int>(me - ranks.begin()),
-                                                  static_cast<int>(ranks.size()), timeout, fallback_.group_factory());
+                                                  static_cast<int>(ranks.size()), timeout, fallback_.group_factory(),
+                                                  health_.global_rank());
   last_split_ = c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(child));
   return child;
 }

@@ -35,7 +35,7 @@ struct CudaPath::Impl {
   int rank, world;
   std::chrono::milliseconds timeout;
   c10::intrusive_ptr<c10d::Store> store;
-  AbortSignal* abort;  // NOTE [shutdown and abort]
+  GroupHealth* health;  // NOTE [group health], [shutdown and abort]
   std::unique_ptr<CudaGroup> engine;
   std::string setup_failed;  // NOTE [setup agreement]: why this group's CUDA setup failed, for every later call
   CudaOpScope::State* scope = nullptr;
@@ -52,8 +52,8 @@ struct CudaOpScope::State {
 };
 
 CudaPath::CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-                   AbortSignal* abort)
-    : impl_(new Impl{rank, world, timeout, std::move(store), abort, nullptr, "", nullptr}) {}
+                   GroupHealth* health)
+    : impl_(new Impl{rank, world, timeout, std::move(store), health, nullptr, "", nullptr}) {}
 
 CudaPath::~CudaPath() = default;
 
@@ -164,7 +164,7 @@ std::string CudaPath::group_on(const c10::Device& dev, const std::string& op) {
                 "a new one): ", impl_->setup_failed);
     try {
       impl_->engine = std::make_unique<CudaGroup>(impl_->rank, impl_->world, impl_->timeout, impl_->store, dev.index(),
-                                                  impl_->abort);
+                                                  impl_->health);
     } catch (const std::exception& e) {
       impl_->setup_failed = e.what();  // the agreement's keys are spent: a second attempt could not agree again
       TORCH_CHECK(false, "purlin ", op, " on rank ", impl_->rank, ": ", impl_->setup_failed);

@@ -39,7 +39,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "backend/host/abort_signal.h"
+#include "backend/host/group_health.h"
 #include "backend/host/request.h"
 
 namespace purlin::backend {
@@ -62,10 +62,11 @@ using ProtocolCounts = std::map<std::string, std::map<std::string, int64_t>>;
 // One per PurlinBackend; creates the group's CudaGroup (cuda_group.h) on first use.
 class CudaPath {
  public:
-  // `abort`: the group's abort request (NOTE [shutdown and abort]), which ends the host-side
-  // waits of the group's shared-memory exchanges and the device waits; it outlives the path.
+  // `health`: the group's (NOTE [group health]) with its abort request (NOTE [shutdown and abort]),
+  // which ends the host-side waits of the group's shared-memory exchanges and the device waits; it
+  // outlives the path.
   CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-           AbortSignal* abort);
+           GroupHealth* health);
   ~CudaPath();
 
   // "" if `op` on `tensors` (some on CUDA) runs natively, else why not.
@@ -121,7 +122,7 @@ class CudaOpScope {
 #ifndef PURLIN_WITH_CUDA
 struct CudaPath::Impl {};
 struct CudaOpScope::State {};
-inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>, AbortSignal*) {}
+inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>, GroupHealth*) {}
 inline CudaPath::~CudaPath() = default;
 inline std::string CudaPath::unavailable(const std::string&, const std::vector<at::Tensor>&) {
   return "the CUDA datapath is not available in this build";

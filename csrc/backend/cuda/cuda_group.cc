@@ -39,10 +39,37 @@ const char* kind_name(int kind) {
 }
 
 // The RuntimeError text of a device timeout, call-tag mismatch or abort.
-std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout) {
+// `checked_calls`: NOTE [checked calls] compared every rank's arguments before
+// the launch. `broke`: why the group broke (NOTE [group health]), "" if it was
+// aborted or has not broken.
+std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout, bool checked_calls,
+                     const std::string& broke) {
+  const bool aborted = e.status == cu::kRecordAborted;  // NOTE [device abort]
+  if (aborted && !broke.empty()) {  // the device's view of the group's break: name the break
+    std::ostringstream os;
+    os << "purlin " << cu::interned_name(e.op_name) << " on rank " << e.rank << ": the group is unusable: " << broke;
+    if (e.kind == cu::kLocal)
+      os << " (this rank's kernel was at a barrier of its blocks in phase '" << cu::interned_name(e.phase) << "')";
+    else if (e.peer >= 0)
+      os << " (this rank's " << (e.block == cu::kCopyEngineBlock ? "copy-engine stream" : "kernel")
+         << " was waiting for rank " << e.peer << " in phase '" << cu::interned_name(e.phase) << "')";
+    os << ". Destroy the group and create a new one.";
+    return os.str();
+  }
   if (e.block == cu::kCopyEngineBlock) return cu::describe_copy_engine_timeout(e, timeout.count());
   std::ostringstream os;
   os << "purlin " << cu::interned_name(e.op_name) << " on rank " << e.rank << ": ";
+  if (e.kind == cu::kCallTag && checked_calls) {
+    // NOTE [checked calls] found the arguments equal: say what it compared, and what else the tag covers.
+    os << "rank " << e.peer << " called this collective with another call tag than this rank (NOTE [call tags]), "
+       << "although TORCH_PURLIN_CUDA_CHECK_CALLS compared every rank's arguments on the host before the launch "
+       << "(collective, dtype, reduce op, root, element counts, split sizes, custom spec) and found them equal. So the "
+       << "difference is in what the call tag covers beyond the arguments: whether each rank's input or output is in "
+       << "the symmetric pool and at which offset, whether it is in place, or the plan each rank derived from the "
+       << "same arguments (a purlin bug: please report it with TORCH_PURLIN_DEBUG=1's plan lines of every rank). "
+       << "Nothing of rank " << e.peer << "'s data was read. The group is unusable: destroy it and create a new one.";
+    return os.str();
+  }
   if (e.kind == cu::kCallTag) {
     os << "rank " << e.peer << " called this collective with other arguments than this rank (element count, "
        << "dtype, reduce op, root, split sizes, or its input is not at the same place of the symmetric pool; also "
@@ -51,7 +78,6 @@ std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout
        << "unusable: destroy it and create a new one.";
     return os.str();
   }
-  const bool aborted = e.status == cu::kRecordAborted;  // NOTE [device abort]
   if (aborted) os << "the group was aborted (abort(), e.g. torch's _abort_process_group) while ";
   else os << "timed out after " << timeout.count() << " ms ";
   if (e.kind == cu::kLocal)
@@ -72,19 +98,28 @@ std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout
 
 }  // namespace
 
-std::string CudaGroup::read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout) {
+std::string CudaGroup::read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout,
+                                  bool checked_calls, const std::function<std::string()>& reason) {
   const cu::ErrorRecord* e = ws.error_host();
-  if (e->status == 0) return "";
+  const uint32_t status = e->status;
+  if (status == cu::kRecordNone) return "";
   std::atomic_thread_fence(std::memory_order_acquire);
-  return describe(*e, timeout);
+  return describe(*e, timeout, checked_calls, status == cu::kRecordAborted && reason ? reason() : std::string());
+}
+
+// Read by the health watcher's thread (NOTE [group health]): host-mapped memory, no CUDA call.
+std::string CudaGroup::own_device_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout,
+                                        bool checked_calls) {
+  const uint32_t status = ws.error_host()->status;
+  if (status == cu::kRecordNone || status == cu::kRecordAborted) return "";  // an abort is not a finding here
+  return read_error(ws, timeout, checked_calls, nullptr);
 }
 
 // Every TORCH_PURLIN_CUDA_* setting the group's setup needs; throws
 // std::invalid_argument naming a malformed one (the constructor turns that
 // into this rank's reply to the setup agreement).
 void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table) {
-  constexpr const char* kTwoShot = "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES";  // NOTE [protocol table]
-  two_shot_bytes_ = bytes_for_world(env::get(kTwoShot), world_, kTwoShot);
+  two_shot_bytes_ = two_shot_bytes("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", world_);  // NOTE [protocol table]
   pool_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_POOL_BYTES");  // read with the rest: the pool itself comes later
   const std::string placement = env::get("TORCH_PURLIN_CUDA_POOL_PLACEMENT");  // NOTE [local placement]
   if (placement != "agreed" && placement != "local")
@@ -114,8 +149,15 @@ void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string&
 }
 
 CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-                     int device, AbortSignal* abort)
-    : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(std::move(store)), abort_(abort) {
+                     int device, GroupHealth* health)
+    : rank_(rank),
+      world_(world),
+      device_(device),
+      timeout_(timeout),
+      store_(std::move(store)),
+      health_(health),
+      break_reason_(health->signal().reason_source()),
+      channel_(rank, world, timeout, health) {
   c10::cuda::CUDAGuard guard(device_);
   // NOTE [setup agreement]: every rank reads its settings, then all state
   // ok-or-why before the first exchange below waits on a peer.
@@ -199,9 +241,18 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   if (!ws_->wide_refusal().empty() && rank_ == 0 && env::get_bool("TORCH_PURLIN_LOG"))  // NOTE [wide lines]
     std::fprintf(stderr, "[purlin] rank 0: narrow flagged lines only (TORCH_PURLIN_CUDA_LINE_FORMAT=auto): %s\n",
                  ws_->wide_refusal().c_str());
+  // The hosts' channel, with this rank's health record (NOTE [group health]); its watcher reads
+  // this rank's device error record too, to publish what the kernels found at once.
+  {
+    std::shared_ptr<const cu::SymmetricWorkspace> ws = ws_;
+    const std::chrono::milliseconds t = timeout_;
+    const bool checked = check_calls_;
+    channel_.open("cuda-a2a", 4096, meta_blob_bytes(world_), rdv,
+                  [ws, t, checked]() { return own_device_error(*ws, t, checked); });
+  }
   // NOTE [device abort]: last, so a constructor that throws leaves nothing attached.
   abort_word_ = &ws_->error_host()->abort_requested;
-  abort_->attach(abort_word_);
+  health_->signal().attach(abort_word_);
   if (debug_)
     std::fprintf(stderr, "[purlin] rank %d: CUDA workspace %lld bytes, up to %d blocks x %d threads (%s)\n", rank_,
                  static_cast<long long>(ws_->workspace_bytes()), ws_->launch_config().max_blocks, ws_->threads(),
@@ -211,7 +262,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
 // Waits (bounded by the group timeout) for this group's last kernel, so the
 // plans and buffers freed next are no longer read; best effort at exit.
 CudaGroup::~CudaGroup() {
-  if (abort_word_) abort_->detach(abort_word_);  // the workspace (and the word) may outlive the group in a CudaWork
+  if (abort_word_) health_->signal().detach(abort_word_);  // the workspace (and the word) may outlive the group in a CudaWork
   if (!ws_) return;
   c10::cuda::CUDAGuard guard(device_);
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -223,7 +274,7 @@ CudaGroup::~CudaGroup() {
 
 void CudaGroup::set_timeout(std::chrono::milliseconds t) {
   timeout_ = t;
-  if (a2a_atom_) a2a_atom_->set_timeout(t);
+  channel_.set_timeout(t);
   if (pool_atom_) pool_atom_->set_timeout(t);
 }
 
@@ -243,7 +294,7 @@ std::vector<std::string> CudaGroup::pool_agree(const std::string& tag, const std
   if (!pool_broken_.empty()) throw std::runtime_error(pool_broken_);
   if (!pool_atom_)
     pool_atom_ =
-        make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_, timeout_), abort_->flag());
+        make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_, timeout_), &health_->signal());
   const uint64_t n = ++pool_seq_;
   const atom::WaitSite site{"empty", "symmetric pool: agree on a block's offset with every rank", n};
   try {

@@ -3,6 +3,9 @@
 // Atom, and the launches (internal to the CUDA glue; the backend sees only
 // cuda_engine.h's CudaPath). Defined in cuda_group.cc (setup, device errors,
 // pool), cuda_group_host_checks.cc, cuda_group_plans.cc, cuda_group_launch.cc.
+// Its host channel (arrival, agreement, broken state, health record) and its
+// plan cache are the pieces the CPU engine uses too (backend/host/
+// group_channel.h, plan_cache.h).
 #pragma once
 
 #include <atomic>
@@ -26,6 +29,9 @@
 #include "atom/cuda/host/symmetric_workspace.h"
 #include "atom/cuda/protocol/protocol_choice.h"
 #include "backend/cuda/cuda_engine.h"
+#include "backend/host/group_channel.h"
+#include "backend/host/group_health.h"
+#include "backend/host/plan_cache.h"
 #include "backend/host/protocol_table.h"
 #include "backend/host/request.h"
 #include "backend/host/symmetric_use.h"
@@ -43,10 +49,11 @@ class CudaGroup {
  public:
   // Throws std::runtime_error naming every rank that could not set the group
   // up (NOTE [setup agreement]); the store keys it used are then spent.
-  // `abort`: the group's abort request, for the host-side exchanges' waits and (its word attached
-  // while the group lives) the device waits (NOTE [shutdown and abort], [device abort]).
+  // `health`: the group's (NOTE [group health]): its abort request, for the host-side exchanges'
+  // waits and (its word attached while the group lives) the device waits (NOTE [shutdown and
+  // abort], [device abort]); the group's channel watches with it.
   CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-            int device, AbortSignal* abort);
+            int device, GroupHealth* health);
   ~CudaGroup();
 
   const std::string& unavailable() const { return unavailable_; }
@@ -76,7 +83,9 @@ class CudaGroup {
   std::function<std::string()> error_source() const {
     auto ws = ws_;
     auto timeout = timeout_;
-    return [ws, timeout]() { return ws ? read_error(*ws, timeout) : std::string(); };
+    const bool checked = check_calls_;
+    auto reason = break_reason_;
+    return [ws, timeout, checked, reason]() { return ws ? read_error(*ws, timeout, checked, reason) : std::string(); };
   }
 
  private:
@@ -89,8 +98,15 @@ class CudaGroup {
 
   // request.h's IoAlias of rq (and its shift), in the device lowering's terms.
   static cu::IoAlias alias_of(const Request& rq, int64_t* shift = nullptr);
-  // "" or the RuntimeError text of the device error recorded in ws.
-  static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout);
+  // "" or the RuntimeError text of the device error recorded in ws. `checked_calls`: NOTE [checked
+  // calls] ran (the call-tag text says what it compared); `reason`: why the group broke, named when
+  // the record is the device's view of that break (AbortSignal::reason_source()).
+  static std::string read_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout,
+                                bool checked_calls, const std::function<std::string()>& reason);
+  // What the watcher publishes (NOTE [group health]): "" or the text of a device timeout or
+  // call-tag mismatch this rank's kernels recorded (not the device's view of an abort or break).
+  static std::string own_device_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout,
+                                      bool checked_calls);
   void read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table);
   // NOTE [eager host path] The last plan plan_for() returned for each
   // (zero_copy, region), and the arguments it was for: a run of one
@@ -109,7 +125,6 @@ class CudaGroup {
   };
 
   std::vector<PeerMeta> peer_meta(const Request& rq);
-  atom::CpuAtom& host_atom();  // the shared-memory arrival of this group's hosts, made on first use
   void ce_check(const Request& rq, uint64_t sig);  // NOTE [copy-engine call check] (cuda_group_host_checks.cc)
   void settle_local_error(const Request& rq);     // NOTE [one-sided local errors] (cuda_group_host_checks.cc)
   std::vector<std::string> pool_agree(const std::string& tag, const std::string& mine);
@@ -139,13 +154,15 @@ class CudaGroup {
   int rank_, world_, device_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
-  AbortSignal* abort_;
-  volatile uint32_t* abort_word_ = nullptr;  // attached to abort_ at the end of the constructor
+  GroupHealth* health_;
+  std::function<std::string()> break_reason_;  // health_->signal().reason_source(), made once
+  volatile uint32_t* abort_word_ = nullptr;  // attached to health_'s signal at the end of the constructor
   std::string unavailable_;
   std::shared_ptr<cu::SymmetricWorkspace> ws_;
   std::optional<c10::cuda::CUDAStream> internal_;
   std::unique_ptr<cu::PlanStore> store_plans_;
-  std::unordered_map<std::string, std::unique_ptr<CachedPlan>> plans_;
+  // NOTE [plan caches]: inline plans are host-only, safe to drop any time; device plans may be in flight.
+  PlanCache<CachedPlan> plans_{1024, [](const CachedPlan& c) { return c.inl != nullptr; }};
   PlanMemo memo_[5];  // by zero_copy * 2 + region; [4]: peer outputs
   // pool_use()'s last Spec-dependent answer, and the call it was for (NOTE [eager host path]).
   struct UseMemo {
@@ -160,15 +177,15 @@ class CudaGroup {
   cu::ProtocolSettings settings_;  // NOTE [protocol choice]: the group's, from its workspace
   const char* last_name_ = nullptr;  // the last launch's Request::name and its interned id
   uint16_t last_name_id_ = 0;
-  std::string broken_;
   std::string local_error_;  // NOTE [one-sided local errors]: the last call's local argument error, not yet settled
   int64_t two_shot_bytes_ = 0;
   bool debug_ = false;
   bool check_calls_ = false;  // NOTE [checked calls]: TORCH_PURLIN_CUDA_CHECK_CALLS on every rank
   bool pool_local_ = false;   // TORCH_PURLIN_CUDA_POOL_PLACEMENT=local on every rank (NOTE [local placement])
   bool overlap_ = false;  // NOTE [overlapped launch]: TORCH_PURLIN_CUDA_PDL on an sm_90+ GPU
-  std::unique_ptr<atom::CpuAtom> a2a_atom_;  // all_to_all split exchange (shm_group.h), on first use
-  uint64_t a2a_seq_ = 0;
+  // The hosts' channel (group_channel.h), made at setup: all_to_all's split sizes, NOTE [checked
+  // calls], the copy-engine call check, settled local errors; the broken state; the health record.
+  GroupChannel channel_;
   std::unique_ptr<atom::CpuAtom> pool_atom_;  // pool offset agreement (shm_group.h), on first allocation
   uint64_t pool_seq_ = 0;
   std::string pool_broken_;  // a failed agreement: later allocations raise it

@@ -1,23 +1,15 @@
 // cuda_group_host_checks.cc — CudaGroup's agreements between the ranks on
-// the host, through a shared-memory arrival (shm_group.h) rather than the
-// Store: all_to_all's split sizes and NOTE [checked calls] (peer_meta), the
+// the host, through the group's channel (backend/host/group_channel.h: a
+// shared-memory arrival, the one the CPU engine uses) rather than the Store:
+// all_to_all's split sizes and NOTE [checked calls] (peer_meta), the
 // copy-engine call check, and the settling of a one-sided local error.
 #ifdef PURLIN_WITH_CUDA
 
 #include "atom/cpu/cpu_atom.h"
 #include "backend/cuda/cuda_group.h"
-#include "backend/host/shm_group.h"
-#include "backend/c10d/store_rendezvous.h"
 #include "snac/arrival.h"
 
 namespace purlin::backend {
-
-atom::CpuAtom& CudaGroup::host_atom() {
-  if (!a2a_atom_)
-    a2a_atom_ = make_shm_group("cuda-a2a", rank_, world_, 4096, meta_blob_bytes(world_), timeout_,
-                               store_rendezvous(store_, timeout_), abort_->flag());
-  return *a2a_atom_;
-}
 
 // NOTE [copy-engine call check] The plan kernel checks on the GPU that the
 // ranks made the same call (NOTE [call tags]); the copy engines cannot:
@@ -30,17 +22,14 @@ atom::CpuAtom& CudaGroup::host_atom() {
 // serves. A difference raises on every rank before anything is enqueued (the
 // group stays usable); a rank that never comes is a timeout naming it.
 void CudaGroup::ce_check(const Request& rq, uint64_t sig) {
-  const uint64_t n = ++a2a_seq_;
-  const atom::WaitSite site{rq.name, "copy engine: check the call's arguments with every rank", n};
+  const atom::WaitSite site{rq.name, "copy engine: check the call's arguments with every rank", channel_.next_seq()};
   std::vector<std::string> all;
   try {
-    all = snac::arrive_tagged(host_atom(), n, std::string("ce:") + rq.name, std::to_string(sig), site,
-                              " (collectives called in different orders, or on different paths)");
-  } catch (const atom::TimeoutError& e) {
-    broken_ = e.what();
-    throw std::runtime_error(e.what());
+    all = channel_.arrive_tagged(site, std::string("ce:") + rq.name, std::to_string(sig),
+                                 " (collectives called in different orders, or on different paths)");
   } catch (const std::runtime_error& e) {
-    throw std::invalid_argument(error_prefix(rq.name, rank_) + e.what());
+    if (channel_.broken()) throw;  // a wait that ended: the group is unusable (group_channel.h)
+    throw std::invalid_argument(error_prefix(rq.name, rank_) + e.what());  // a rank at another call
   }
   for (int r = 0; r < world_; ++r)
     if (all[r] != all[rank_])
@@ -58,23 +47,24 @@ void CudaGroup::ce_check(const Request& rq, uint64_t sig) {
 // from that call (an H200 run returned a wrong sum so, session 18). So the
 // next collective after a local error first asks every rank on the host
 // whether it raised at that same call: if all did, nothing else happens; a
-// rank that does not come within the group's timeout entered the collective,
-// and the group is unusable here as it is there (the others' device waits
-// time out naming this rank).
+// rank that does not come entered the collective, and the group is unusable
+// here as it is there: whichever side's wait ends first (this host wait, or
+// the others' device waits naming this rank) publishes it, and the other side
+// raises within about a second (NOTE [group health]).
 void CudaGroup::settle_local_error(const Request& rq) {
   const std::string what = std::move(local_error_);
   local_error_.clear();
-  const uint64_t n = ++a2a_seq_;
+  const uint64_t n = channel_.next_seq();
   const atom::WaitSite site{rq.name, "after a local argument error: check that every rank raised it too", n};
   try {
-    // host_atom() is made with every rank on first use: a rank that entered the erroneous call is not there
-    // either (the set-up's wait names it, store_rendezvous.h)
-    snac::arrive_tagged(host_atom(), n, "local argument error", "raised", site,
+    snac::arrive_tagged(channel_.atom(), n, "local argument error", "raised", site,
                         " (the ranks raised at different calls)");
   } catch (const std::runtime_error& e) {  // atom::TimeoutError too: a rank entered the erroneous call
-    broken_ = "an earlier call raised an argument error on this rank only (" + what +
-              "), while other ranks entered that collective: " + e.what();
-    throw std::runtime_error(error_prefix(rq.name, rank_) + broken_);
+    // This rank's finding, published (NOTE [group health]): the ranks that entered the call learn at once
+    // why their device waits cannot end, instead of at their timeout.
+    channel_.mark_broken("an earlier call raised an argument error on this rank only (" + what +
+                         "), while other ranks entered that collective: " + e.what());
+    throw std::runtime_error(error_prefix(rq.name, rank_) + channel_.found());
   }
 }
 
@@ -91,21 +81,10 @@ std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
   // cannot name because the ranks' sizes chose different protocols (lines,
   // parity or workspace plans, different block counts), which otherwise wait
   // for flags that never come until the group's timeout.
-  host_atom();
-  const uint64_t n = ++a2a_seq_;
   const atom::WaitSite site{rq.name, rq.op == CollOp::AllToAll ? "all_to_all: exchange split sizes with every rank"
-                                                               : "check the call's arguments with every rank", n};
-  std::vector<PeerMeta> all;
-  try {
-    for (const std::byte* b : snac::arrive(*a2a_atom_, n, blob.data(), blob.size(), site))
-      all.push_back(decode_meta(b, world_));
-  } catch (const atom::TimeoutError& e) {
-    broken_ = e.what();
-    throw std::runtime_error(e.what());
-  }
-  const std::string why = check_agreement(all, rank_);
-  if (!why.empty()) throw std::invalid_argument(error_prefix(rq.name, rank_) + why);
-  return all;
+                                                               : "check the call's arguments with every rank",
+                            channel_.next_seq()};
+  return channel_.arrive_and_check(rq, site);  // group_channel.h: the CPU engine's arrival and agreement
 }
 
 }  // namespace purlin::backend

@@ -66,7 +66,7 @@ void CudaGroup::launch_copy_engine(const Request& rq, const CachedPlan& c, int64
   count_launch(rq.name, &*protocol_names_.insert(protocol).first);
   const std::string err = ce_->enqueue(call);
   if (!err.empty()) {
-    broken_ = err;
+    channel_.mark_broken(err);
     throw std::runtime_error(error_prefix(rq.name, rank_) + err);
   }
 }
@@ -93,13 +93,15 @@ void CudaGroup::order_after_last(cudaStream_t s) {
 }
 
 void CudaGroup::launch(Request& rq, cudaStream_t stream) {
-  if (!broken_.empty())
-    throw std::runtime_error(error_prefix(rq.name, rank_) + "the group is unusable after an earlier failure: " + broken_);
-  const std::string err = read_error(*ws_, timeout_);
+  // What this rank found before (group_channel.h), then its device error record: what its kernels
+  // found, or their view of the group's break (NOTE [group health]), then a break no kernel met here.
+  if (!channel_.found().empty()) channel_.throw_unusable(rq.name);
+  const std::string err = read_error(*ws_, timeout_, check_calls_, break_reason_);
   if (!err.empty()) {
-    broken_ = err;
+    channel_.mark_broken(err);
     throw std::runtime_error(err);
   }
+  channel_.check_usable(rq.name);
   if (!local_error_.empty()) settle_local_error(rq);
   // Every rank's arguments: exchanged on every all_to_all (its splits) and,
   // with NOTE [checked calls], on every collective; else this rank's own,

@@ -11,12 +11,6 @@
 
 namespace purlin::backend {
 
-namespace {
-
-constexpr size_t kMaxPlans = 1024;
-
-}  // namespace
-
 // request.h's classification, in the device lowering's terms.
 cu::IoAlias CudaGroup::alias_of(const Request& rq, int64_t* shift) {
   static_assert(static_cast<int>(cu::IoAlias::Same) == static_cast<int>(IoAlias::Same) &&
@@ -91,12 +85,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   if (region) key += "/R";
   key += "/s";
   key += std::to_string(shift);
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return *it->second;
-  if (plans_.size() >= kMaxPlans) {  // inline plans are host-only: safe to drop any time
-    for (auto i = plans_.begin(); i != plans_.end();) i = i->second->inl ? plans_.erase(i) : std::next(i);
-    for (PlanMemo& m : memo_) m = PlanMemo{};  // they may point at a dropped plan
-  }
+  if (const CachedPlan* cached = plans_.find(key)) return *cached;  // NOTE [plan caches] (plan_cache.h)
   const snac::Spec spec = build_spec(rq, all);
   cu::CallFacts facts;
   facts.esize = static_cast<int64_t>(dtype_size(rq.dtype));
@@ -127,7 +116,11 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
                                                 [](const cu::DevOp& o) { return o.code == cu::kWait && o.own_slot; })),
                  c->inl ? "inline" : "device", p.plan.describe().c_str());
   }
-  return *plans_.emplace(key, std::move(c)).first->second;
+  bool dropped = false;
+  const CachedPlan& kept = plans_.insert(std::move(key), std::move(c), &dropped);
+  if (dropped)
+    for (PlanMemo& m : memo_) m = PlanMemo{};  // they may point at a dropped plan
+  return kept;
 }
 
 }  // namespace purlin::backend

@@ -2,36 +2,34 @@
 // cross-rank checks, Spec, SNAC plan (cached), and the CPU Atom.
 //
 // Torch-free: the backend passes a Rendezvous (backed by the c10d Store) to set
-// up the shared-memory segments, and flat Requests to run.
+// up the shared-memory segments, and flat Requests to run. The arrival,
+// agreement and broken state are the group channel's (group_channel.h), the
+// plan cache is plan_cache.h's: the same pieces the CUDA group uses.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
+#include "backend/host/group_channel.h"
+#include "backend/host/group_health.h"
+#include "backend/host/plan_cache.h"
 #include "backend/host/request.h"
 #include "backend/host/shm_group.h"
 #include "snac/plan.h"
-
-namespace purlin::atom {
-class CpuAtom;
-}
 
 namespace purlin::backend {
 
 class HostEngine {
  public:
-  // `aborted`: the group's abort flag (NOTE [shutdown and abort]); it outlives the engine.
-  HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, const std::atomic<bool>* aborted);
+  // `health`: the group's (NOTE [group health], NOTE [shutdown and abort]); it outlives the engine.
+  HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, GroupHealth* health);
   ~HostEngine();
 
   // Runs one collective; throws std::runtime_error naming op, rank and reason.
   void run(Request& rq);
 
-  uint64_t seq() const { return seq_; }
+  uint64_t seq() const { return channel_.seq(); }
   void set_timeout(std::chrono::milliseconds t);
 
  private:
@@ -39,14 +37,10 @@ class HostEngine {
   const snac::Plan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool direct_local);
 
   int rank_, world_;
-  std::chrono::milliseconds timeout_;
   Rendezvous rdv_;
-  const std::atomic<bool>* aborted_;
-  std::unique_ptr<atom::CpuAtom> atom_;
-  uint64_t seq_ = 0;        // collectives started on this group (arrival value)
+  GroupChannel channel_;
   uint64_t step_base_ = 0;  // NOTE [epochs]
-  std::string broken_;      // set after a timeout: the group cannot be trusted
-  std::unordered_map<std::string, std::unique_ptr<snac::Plan>> plans_;
+  PlanCache<snac::Plan> plans_{256};  // NOTE [plan caches]: every plan may be dropped
   int64_t two_shot_bytes_ = 0;
   bool debug_ = false;
 };

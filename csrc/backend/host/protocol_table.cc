@@ -74,4 +74,6 @@ int64_t bytes_for_world(const std::string& text, int world, const char* var) {
   return named >= 0 ? named : plain;
 }
 
+int64_t two_shot_bytes(const char* var, int world) { return bytes_for_world(env::get(var), world, var); }
+
 }  // namespace purlin::backend

@@ -53,4 +53,10 @@ class NcclTable {
 // (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES); `var` names the variable in errors.
 int64_t bytes_for_world(const std::string& text, int world, const char* var);
 
+// The two-shot threshold a group of `world` ranks reads from `var`
+// (TORCH_PURLIN_CPU_TWO_SHOT_BYTES for the CPU engine,
+// TORCH_PURLIN_CUDA_TWO_SHOT_BYTES for the CUDA group): the one parser of
+// both; throws std::invalid_argument naming `var`.
+int64_t two_shot_bytes(const char* var, int world);
+
 }  // namespace purlin::backend

@@ -19,7 +19,8 @@ std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& ke
 
 std::unique_ptr<atom::CpuAtom> make_shm_group(const std::string& purpose, int rank, int world, size_t workspace_bytes,
                                               size_t meta_bytes, std::chrono::milliseconds timeout,
-                                              const Rendezvous& rdv, const std::atomic<bool>* aborted) {
+                                              const Rendezvous& rdv, const AbortSignal* abort, size_t owner_bytes,
+                                              const std::function<void(atom::CpuAtom&)>& on_created) {
   const std::string key = "purlin/" + purpose + "/";
   std::string token;
   if (rank == 0) {
@@ -31,8 +32,9 @@ std::unique_ptr<atom::CpuAtom> make_shm_group(const std::string& purpose, int ra
   } else {
     token = rdv.get(key + "token");
   }
-  auto a = std::make_unique<atom::CpuAtom>(token, rank, world, workspace_bytes, meta_bytes, timeout);
-  a->set_abort_flag(aborted);
+  auto a = std::make_unique<atom::CpuAtom>(token, rank, world, workspace_bytes, meta_bytes, timeout, owner_bytes);
+  if (abort) a->set_abort_flag(abort->flag(), [abort]() { return abort->reason(); });
+  if (on_created) on_created(*a);
   all_gather(rdv, key + "created/", rank, world, "1");  // every segment exists
   a->attach_peers();
   all_gather(rdv, key + "attached/", rank, world, "1");  // every peer mapped ours

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/host/abort_signal.h"
+
 namespace purlin::atom {
 class CpuAtom;
 }
@@ -34,10 +36,14 @@ std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& ke
 
 // Every rank creates its segment, all attach, then each unlinks its own name:
 // from then on nothing is left in /dev/shm, even if a process is killed
-// (NOTE [cpu segment layout] and the lifecycle in cpu_atom.h). `aborted`: the
-// group's abort flag, which ends the atom's waits (CpuAtom::set_abort_flag), or nullptr.
+// (NOTE [cpu segment layout] and the lifecycle in cpu_atom.h). `abort`: the
+// group's abort request, which ends the atom's waits naming its reason
+// (CpuAtom::set_abort_flag), or nullptr. `owner_bytes`: the owner area of
+// each segment; `on_created` (may be empty) fills this rank's before any peer
+// maps the segment (the group's health record: NOTE [group health]).
 std::unique_ptr<atom::CpuAtom> make_shm_group(const std::string& purpose, int rank, int world, size_t workspace_bytes,
                                               size_t meta_bytes, std::chrono::milliseconds timeout,
-                                              const Rendezvous& rdv, const std::atomic<bool>* aborted);
+                                              const Rendezvous& rdv, const AbortSignal* abort, size_t owner_bytes = 0,
+                                              const std::function<void(atom::CpuAtom&)>& on_created = {});
 
 }  // namespace purlin::backend
