@@ -40,14 +40,21 @@ namespace purlin::backend {
 class NcclTable {
  public:
   // Parses "family[@W]=bytes,..." ("" or "none": no rows) and keeps the rows
-  // of a group of `world` ranks; throws std::invalid_argument.
-  static NcclTable parse(const std::string& text, int world);
+  // of a group of `world` ranks; throws std::invalid_argument naming `var`.
+  static NcclTable parse(const std::string& text, int world, const char* var = "TORCH_PURLIN_CUDA_NCCL_FROM");
   // Bytes from which `op` runs on NCCL; 0: never.
   int64_t from(const std::string& op) const;
 
  private:
   std::map<std::string, int64_t> rows_;
 };
+
+// The hierarchical rows (NOTE [hierarchical collectives] in backend/c10d/hierarchical.cc): in a
+// group spanning hosts with the same number of ranks on each, a CPU collective of a family named
+// here whose larger side holds at least that many bytes runs hierarchically (within each host
+// natively, across hosts on the fallback engine); smaller ones, and families not named, run flat on
+// the fallback engine. Same form as the NCCL rows, for a group of `world` ranks.
+NcclTable hierarchical_rows(int world);
 
 // The value of a "bytes[,@W=bytes...]" list for a group of `world` ranks
 // (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES); `var` names the variable in errors.
