@@ -13,8 +13,9 @@ Columns: op, bytes (the op's larger side per rank), how purlin ran it (hier: wit
 across on gloo; flat: gloo for the whole op), median microseconds per call of purlin and of gloo
 (the slowest rank's median), gloo / purlin, and the bytes crossing hosts per call summed over all
 ranks under a model: purlin's hierarchical parts as NOTE [hierarchical collectives] moves them
-(rings over the H hosts within each local index), flat gloo as a ring over all W ranks with each
-host's ranks adjacent (H of its W links cross hosts).
+(rings over the H hosts within each local index; a broadcast's chunks sent once to each other
+host), flat gloo as a ring over all W ranks with each host's ranks adjacent (H of its W links cross
+hosts; a broadcast reaches each rank outside the root's host whole).
 """
 import argparse
 import os
@@ -53,7 +54,7 @@ def crossing_bytes(op, n, hosts, per_host, hier):
         return {"all_reduce": W * 2 * (H - 1) / H * n / L, "all_gather": W * (H - 1) * n / W,
                 "reduce_scatter": W * (H - 1) * n / W, "broadcast": (H - 1) * n}[op]
     return {"all_reduce": H * 2 * (W - 1) / W * n, "all_gather": H * (W - 1) * n / W,
-            "reduce_scatter": H * (W - 1) * n / W, "broadcast": (H - 1) * n}[op]
+            "reduce_scatter": H * (W - 1) * n / W, "broadcast": (W - L) * n}[op]
 
 
 def rank_main(rank, world, args):
