@@ -83,7 +83,7 @@ def free_port():
 
 
 def run_hosts(target, hosts, args=None, timeout=120, env=None):
-    """Runs `target` ("module:function", module importable from test/) on every rank of `hosts`
+    """Runs `target` ("module:function", importable from test/ or the caller's sys.path) on every rank of `hosts`
     (a list, one list of global ranks per simulated host). Returns [per rank: {"ok": bool,
     "value" or "error", "host": name}] and raises AssertionError naming the host and rank that
     failed, timed out or left files in its /dev/shm."""
@@ -91,23 +91,24 @@ def run_hosts(target, hosts, args=None, timeout=120, env=None):
     assert sorted(r for h in hosts for r in h) == list(range(world)), hosts
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="purlin_hosts_") as tmp:
+        # The ranks import what the caller imports: its sys.path, made absolute.
         spec = {"target": target, "args": args or {}, "world": world, "port": port, "hosts": hosts,
-                "env": env or {},
-                "sys_path": [HERE] + [os.path.abspath(p or ".") for p in sys.path]}  # the ranks import what the caller imports
+                "env": env or {}, "sys_path": [HERE] + [os.path.abspath(p or ".") for p in sys.path]}
         spec_path = os.path.join(tmp, "spec.json")
         with open(spec_path, "w") as f:
             json.dump(spec, f)
         procs = []
         for h in range(len(hosts)):
             out = os.path.join(tmp, f"host{h}.json")
+            # A session (and process group) of its own per launcher: a timeout kills it with its ranks.
             procs.append((h, out, subprocess.Popen([sys.executable, os.path.join(HERE, "sim_hosts.py"), "--host",
-                                                    str(h), spec_path, out])))
+                                                    str(h), spec_path, out], start_new_session=True)))
         deadline = time.monotonic() + timeout
         for h, _, p in procs:
             try:
                 p.wait(timeout=max(1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                for _, _, q in procs:  # each launcher leads a process group holding its ranks
+                for _, _, q in procs:
                     try:
                         os.killpg(q.pid, 9)
                     except ProcessLookupError:
@@ -144,7 +145,6 @@ def _host_main(h, spec_path, out):
     name = f"simhost{h}"
     report = {"ranks": {}, "error": None, "shm_left": []}
     try:
-        os.setpgid(0, 0)  # run_hosts kills the whole group on a timeout
         enter_host(name)
         procs = []
         for local, r in enumerate(ranks):

@@ -16,14 +16,15 @@ on 127.0.0.1 is shared). Needs root for the namespaces; skips with the reason el
 - Subgroups within one host (new_group, split_group, a DeviceMesh dimension) run natively; the
   other DeviceMesh dimension, across hosts, on the fallback.
 - A rank that never comes to the group's first collective: its peer fails naming it, and nothing
-  is left in /dev/shm (run_hosts checks every host's /dev/shm after every run).
+  is left in /dev/shm (run_hosts checks every host's /dev/shm after every run). torch's abort of a
+  group spanning hosts ends a wait inside its part within a host.
 - The host map's C++ unit test (test/cpp/test_host_map.cc).
 
     python -m pytest test/test_hosts_cpu.py -q
 """
 import copy
-import os
 import pathlib
+import re
 import subprocess
 from datetime import timedelta
 
@@ -218,7 +219,7 @@ def op_suite(ck, sizes=(5, 1001)):
     ck.call("barrier")
 
 
-def check_counters(ck, counters, per_host):
+def check_counters(ck, counters):
     """What ran where (module docstring); appends to ck.errors."""
     def get(k):
         return tuple(counters.get(k, (0, 0)))
@@ -278,7 +279,7 @@ def two_hosts_one_rank_each(rank, world, args):
             if "rank 1" not in str(e) or "purlin/hosts/" not in str(e):
                 ck.errors.append(f"rank 0: the timeout does not name rank 1 and the host map's key: {e}")
     op_suite(ck)
-    check_counters(ck, counters_of(), per_host=1)
+    check_counters(ck, counters_of())
     dist.barrier(group=gloo)
     dist.destroy_process_group()
     return ck.errors
@@ -348,14 +349,44 @@ def subgroups_within_hosts(rank, world, hosts, ck):
                              f"{'native' if native else 'the fallback'}")
 
 
+def abort_inside_a_part(rank, ck):
+    """NOTE [shutdown and abort]: torch's abort of a group spanning hosts ends a wait inside the part
+    within a host (its purlin group's), from another thread, and closes the group."""
+    import threading
+    import time
+    g = dist.new_group(list(range(ck.world)))
+    dist.all_reduce(torch.ones(8, dtype=torch.int16), group=g)  # int16: hierarchical; makes the subgroups
+    if rank == 0:  # its host peer (rank 2) never joins the next one
+        timer = threading.Timer(0.5, dist.distributed_c10d._abort_process_group, args=(g,))
+        t0 = time.monotonic()
+        timer.start()
+        try:  # the group's own call: torch's wrapper cannot name a group aborted meanwhile
+            g.allreduce([torch.ones(8, dtype=torch.int16)]).wait()
+            ck.errors.append("rank 0: an all_reduce whose host peer never joined returned")
+        except RuntimeError as e:
+            if not re.search(r"in its part within the host: reduce_scatter_tensor, whose ranks 0, 1 are this "
+                             r"group's ranks 0, 2\) .*aborted.* waiting for rank 1", str(e)):
+                ck.errors.append(f"rank 0: the abort's error does not say where it waited: {e}")
+        if time.monotonic() - t0 > 20:
+            ck.errors.append(f"rank 0: abort took {time.monotonic() - t0:.1f} s to end the wait")
+        timer.join()
+        try:
+            g.allreduce([torch.ones(8, dtype=torch.int16)]).wait()
+            ck.errors.append("rank 0: an aborted group ran an all_reduce")
+        except RuntimeError as e:
+            if "the group was aborted" not in str(e):
+                ck.errors.append(f"rank 0: after abort: {e}")
+
+
 def two_hosts_two_ranks_each(rank, world, args):
     """2 hosts x 2 ranks, interleaved: host 0 = ranks 0, 2, host 1 = ranks 1, 3."""
     start()
     ck = Checker(rank, world, even=True)
     op_suite(ck)
-    check_counters(ck, counters_of(), per_host=2)
+    check_counters(ck, counters_of())
     ddp_matches_gloo(rank, world, ck)
     subgroups_within_hosts(rank, world, args["hosts"], ck)
+    abort_inside_a_part(rank, ck)
     dist.barrier()
     dist.destroy_process_group()
     return ck.errors
@@ -366,7 +397,7 @@ def op_suite_only(rank, world, args):
     start()
     ck = Checker(rank, world, even=args["even"])
     op_suite(ck, sizes=tuple(args.get("sizes", (5, 1001))))
-    check_counters(ck, counters_of(), per_host=min(len(h) for h in args["hosts"]))
+    check_counters(ck, counters_of())
     if not args["even"]:  # the host's own ranks still form a native subgroup
         host = next(h for h in args["hosts"] if rank in h)
         groups = {tuple(h): dist.new_group(h) for h in args["hosts"]}

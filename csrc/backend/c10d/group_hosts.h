@@ -88,6 +88,7 @@ class GroupHosts {
   // Runs one part of a hierarchical op; errors name `op`, this rank and the part.
   template <class F>
   void part(const char* op, const char* what, F&& fn);
+  [[noreturn]] void fail(const char* op, const char* what, const std::string& why) const;
   void count_across(const char* op);
 
   c10::intrusive_ptr<c10d::Store> store_;

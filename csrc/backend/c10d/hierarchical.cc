@@ -50,6 +50,8 @@
 // the part that first meets it, or waits out the timeout.
 // CUDA tensors never come here: NCCL, the engine for them, is itself
 // hierarchical across nodes (rings and trees over NVLink and the network).
+#include <cstring>
+
 #include <ATen/ATen.h>
 
 #include "backend/c10d/completed_work.h"
@@ -89,11 +91,23 @@ void GroupHosts::part(const char* op, const char* what, F&& fn) {
   try {
     fn();
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, error_prefix(op, rank_), "(a group spanning hosts; the part ", what, ") ",
-                e.what_without_backtrace());
+    fail(op, what, e.what_without_backtrace());
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, error_prefix(op, rank_), "(a group spanning hosts; the part ", what, ") ", e.what());
+    fail(op, what, e.what());
   }
+}
+
+void GroupHosts::fail(const char* op, const char* what, const std::string& why) const {
+  // The part's error names the subgroup's ranks: say which of this group's they are.
+  const bool across = std::strncmp(what, "across", 6) == 0;
+  const int n = across ? map_.count() : per_host_;
+  std::string theirs, ours;
+  for (int k = 0; k < n; ++k) {
+    theirs += (k ? ", " : "") + std::to_string(k);
+    ours += (k ? ", " : "") + std::to_string(across ? map_.hosts[k][local_] : map_.hosts[host_][k]);
+  }
+  TORCH_CHECK(false, error_prefix(op, rank_), "(a group spanning hosts; in its part ", what, ", whose ranks ", theirs,
+              " are this group's ranks ", ours, ") ", why);
 }
 
 c10::intrusive_ptr<c10d::Work> GroupHosts::all_reduce(std::vector<at::Tensor>& tensors,
@@ -163,7 +177,7 @@ c10::intrusive_ptr<c10d::Work> GroupHosts::all_gather_list(std::vector<std::vect
     TORCH_CHECK(o.numel() == inputs[0].numel(), error_prefix(op, rank_),
                 "output tensors must have as many elements as the input");
   at::Tensor out = at::empty({inputs[0].numel() * world_}, inputs[0].options());
-  auto work = all_gather(out, inputs[0], op);
+  all_gather(out, inputs[0], op);
   unflatten_into(out, outputs[0]);
   return completed_work(outputs[0]);
 }
