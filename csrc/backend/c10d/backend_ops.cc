@@ -5,6 +5,7 @@
 // Request, run it, and copy results back into list / non-contiguous outputs.
 #include <ATen/ATen.h>
 
+#include "backend/c10d/group_hosts.h"
 #include "backend/cuda/cuda_engine.h"
 #include "backend/c10d/purlin_backend.h"
 #include "backend/c10d/tensor_args.h"
@@ -79,16 +80,24 @@ int64_t numel_of(const std::vector<at::Tensor>& ts) {
 
 // Refuses an op of a closed group (NOTE [shutdown and abort]), then routes to
 // the fallback if the op cannot (or, by the protocol table, should not) run
-// natively; `table_bytes` as in fallback_reason (-1: no table).
-#define PURLIN_FALLBACK_REDUCING(op_name, tensors, table_bytes, redop, call)                       \
-  do {                                                                                              \
-    check_open(op_name);                                                                            \
-    bool by_table_ = false;                                                                         \
-    const std::string why_ = fallback_reason(op_name, tensors, table_bytes, &by_table_, redop);     \
-    if (!why_.empty()) return coalesced(fallback_for(op_name, tensors, why_, by_table_).call);      \
-  } while (0);                                                                                      \
-  /* PURLIN-CUDA hook: the op's stream and Work when it runs natively on CUDA */                     \
+// natively; `table_bytes` as in fallback_reason (-1: no table). In a group
+// spanning hosts an op with a hierarchical form (PURLIN_HIERARCHICAL's
+// `hier_call`, a GroupHosts call) may run that way instead (NOTE [hierarchical
+// collectives]).
+#define PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, hier_p, on_hier, call)                         \
+  do {                                                                                                      \
+    check_open(op_name);                                                                                    \
+    bool by_table_ = false, hier_ = false;                                                                  \
+    const std::string why_ = fallback_reason(op_name, tensors, table_bytes, &by_table_, redop, hier_p);     \
+    if (C10_UNLIKELY(hier_)) on_hier;                                                                       \
+    if (!why_.empty()) return coalesced(fallback_for(op_name, tensors, why_, by_table_).call);              \
+  } while (0);                                                                                              \
+  /* PURLIN-CUDA hook: the op's stream and Work when it runs natively on CUDA */                             \
   CudaOpScope purlin_cuda_scope_(cuda_.get(), tensors, opts.asyncOp)
+#define PURLIN_FALLBACK_REDUCING(op_name, tensors, table_bytes, redop, call) \
+  PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, nullptr, (void)0, call)
+#define PURLIN_HIERARCHICAL(op_name, tensors, table_bytes, redop, hier_call, call) \
+  PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, &hier_, return (++seq_, coalesced(hosts_->hier_call)), call)
 #define PURLIN_FALLBACK_SIZED(op_name, tensors, table_bytes, call) \
   PURLIN_FALLBACK_REDUCING(op_name, tensors, table_bytes, nullptr, call)
 #define PURLIN_FALLBACK(op_name, tensors, call) PURLIN_FALLBACK_SIZED(op_name, tensors, int64_t{-1}, call)
@@ -105,7 +114,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_flat(Request& rq, const at::Te
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
-  PURLIN_FALLBACK_REDUCING("all_reduce", tensors, bytes_of(tensors), &opts.reduceOp, allreduce(tensors, opts));
+  PURLIN_HIERARCHICAL("all_reduce", tensors, bytes_of(tensors), &opts.reduceOp, all_reduce(tensors, opts),
+                      allreduce(tensors, opts));
   Request rq = request(CollOp::AllReduce, "all_reduce", tensors[0]);
   set_reduction(rq, opts.reduceOp);
   PURLIN_REQUIRE(rq, tensors.size() == 1, "expects one tensor per process");
@@ -145,7 +155,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce(std::vector<at::Tensor>& te
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {
-  PURLIN_FALLBACK_SIZED("broadcast", tensors, bytes_of(tensors), broadcast(tensors, opts));
+  PURLIN_HIERARCHICAL("broadcast", tensors, bytes_of(tensors), nullptr, broadcast(tensors, opts), broadcast(tensors, opts));
   Request rq = request(CollOp::Broadcast, "broadcast", tensors[0]);
   set_root(rq, opts.rootRank, getSize());
   at::Tensor buf = flat_of(tensors[0]);
@@ -158,7 +168,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> PurlinBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                               const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_FALLBACK_SIZED("all_gather_into_tensor", all, bytes_of({output}), _allgather_base(output, input, opts));
+  PURLIN_HIERARCHICAL("all_gather_into_tensor", all, bytes_of({output}), nullptr,
+                      all_gather(output, input, "all_gather_into_tensor"), _allgather_base(output, input, opts));
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor", input);
   require_same_dtype(rq, all);
   PURLIN_REQUIRE(rq, output.numel() == input.numel() * getSize(),
@@ -175,7 +186,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
                                                         const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK_SIZED("all_gather", all, bytes_of(outputs), allgather(outputs, inputs, opts));
+  PURLIN_HIERARCHICAL("all_gather", all, bytes_of(outputs), nullptr, all_gather_list(outputs, inputs),
+                      allgather(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather", inputs[0]);
   PURLIN_REQUIRE(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
   require_same_dtype(rq, all);
@@ -249,8 +261,9 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
 c10::intrusive_ptr<c10d::Work> PurlinBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_FALLBACK_REDUCING("reduce_scatter_tensor", all, bytes_of({input}), &opts.reduceOp,
-                           _reduce_scatter_base(output, input, opts));
+  PURLIN_HIERARCHICAL("reduce_scatter_tensor", all, bytes_of({input}), &opts.reduceOp,
+                      reduce_scatter(output, input, opts, "reduce_scatter_tensor"),
+                      _reduce_scatter_base(output, input, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor", input);
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
@@ -268,7 +281,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Ten
                                                              const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
-  PURLIN_FALLBACK_REDUCING("reduce_scatter", all, bytes_of(inputs), &opts.reduceOp, reduce_scatter(outputs, inputs, opts));
+  PURLIN_HIERARCHICAL("reduce_scatter", all, bytes_of(inputs), &opts.reduceOp, reduce_scatter_list(outputs, inputs, opts),
+                      reduce_scatter(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter", outputs[0]);
   set_reduction(rq, opts.reduceOp);
   PURLIN_REQUIRE(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");

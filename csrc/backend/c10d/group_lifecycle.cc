@@ -46,6 +46,7 @@
 // error.
 #include <exception>
 
+#include "backend/c10d/group_hosts.h"
 #include "backend/cuda/cuda_engine.h"
 #include "backend/host/host_engine.h"
 #include "backend/c10d/purlin_backend.h"
@@ -62,6 +63,11 @@ void PurlinBackend::shutdown() {
   } catch (...) {
     err = std::current_exception();
   }
+  try {
+    hosts_->shutdown();  // NOTE [hierarchical collectives]: the subgroups within and across hosts
+  } catch (...) {
+    if (!err) err = std::current_exception();
+  }
   if (first) {  // not after abort(): an aborted op may still be inside an engine
     host_.reset();
     cuda_.reset();  // PURLIN-CUDA hook: waits for this rank's last native stream
@@ -72,7 +78,14 @@ void PurlinBackend::shutdown() {
 void PurlinBackend::abort() {
   health_.abort();  // host waits re-check its flag, device waits read its words (NOTE [device abort]); then the peers learn it
   closed_.store(kAborted, std::memory_order_relaxed);
+  std::exception_ptr err;
+  try {
+    hosts_->abort();  // NOTE [hierarchical collectives]: ends the waits of the subgroups too
+  } catch (...) {
+    err = std::current_exception();
+  }
   fallback_.abort_all();
+  if (err) std::rethrow_exception(err);
 }
 
 void PurlinBackend::throw_closed(const char* op) const {

@@ -7,6 +7,7 @@
 
 #include "backend/c10d/coalesced_work.h"
 #include "backend/c10d/completed_work.h"
+#include "backend/c10d/group_hosts.h"
 #include "backend/cuda/cuda_engine.h"
 #include "backend/host/host_engine.h"
 #include "backend/c10d/store_rendezvous.h"
@@ -20,6 +21,7 @@ PurlinBackend::PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
       store_(store),
       timeout_(timeout),
       fallback_(store, rank, size, timeout, std::move(make_fallback)),
+      hosts_(std::make_unique<GroupHosts>(store, rank, size, timeout, fallback_)),
       health_(rank, size, global_rank) {}
 
 PurlinBackend::~PurlinBackend() = default;
@@ -27,6 +29,7 @@ PurlinBackend::~PurlinBackend() = default;
 void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
   if (host_) host_->set_timeout(timeout);
+  hosts_->set_timeout(timeout);
   if (cuda_) cuda_->set_timeout(timeout);  // PURLIN-CUDA hook
 }
 
@@ -68,8 +71,16 @@ CudaPath& PurlinBackend::cuda() const {
   return *cuda_;
 }
 
+std::map<std::string, std::pair<int64_t, int64_t>> PurlinBackend::counters() const {
+  auto c = fallback_.counters();
+  hosts_->add_counters(&c);
+  return c;
+}
+
 std::string PurlinBackend::fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors,
-                                           int64_t table_bytes, bool* by_table, const c10d::ReduceOp* redop) const {
+                                           int64_t table_bytes, bool* by_table, const c10d::ReduceOp* redop,
+                                           bool* hier) const {
+  hosts_->ensure(op.c_str());  // NOTE [host map at the first collective] (group_hosts.h)
   bool cuda_op = false;
   for (const auto& t : tensors) cuda_op |= t.defined() && t.is_cuda();
   if (fallback_.forced(op, cuda_op)) return "forced by TORCH_PURLIN_FORCE_FALLBACK / TORCH_PURLIN_FORCE_NCCL";
@@ -79,6 +90,7 @@ std::string PurlinBackend::fallback_reason(const std::string& op, const std::vec
     if (!t.defined()) continue;
     if (t.layout() != c10::kStrided) return "sparse tensors are not supported natively";
     if (t.is_cuda()) {  // PURLIN-CUDA hook: checks every tensor
+      if (hosts_->spans()) return hosts_->reason();  // NOTE [host map]: NCCL across hosts, CUDA IPC never tried
       const std::string why = cuda().unavailable(op, tensors);
       if (!why.empty() || table_bytes < 0 || getSize() < 2) return why;
       const int64_t from = cuda().nccl_from(op);  // NOTE [protocol table]
@@ -91,6 +103,7 @@ std::string PurlinBackend::fallback_reason(const std::string& op, const std::vec
     DType d;
     if (!to_dtype(t.scalar_type(), &d)) return std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported natively";
   }
+  if (C10_UNLIKELY(hosts_->spans())) return hosts_->route(op, tensors, table_bytes, redop, hier);  // NOTE [host map]
   return "";
 }
 

@@ -25,6 +25,7 @@ namespace purlin::backend {
 
 class HostEngine;
 class CudaPath;  // PURLIN-CUDA hook (cuda_engine.h)
+class GroupHosts;  // NOTE [host map] (group_hosts.h)
 
 class PurlinBackend : public c10d::Backend {
  public:
@@ -105,7 +106,9 @@ class PurlinBackend : public c10d::Backend {
   // Runs a user-defined collective (a Spec) on flat tensors.
   c10::intrusive_ptr<c10d::Work> run_spec(const snac::Spec& spec, at::Tensor& input, at::Tensor& output);
 
-  std::map<std::string, std::pair<int64_t, int64_t>> counters() const { return fallback_.counters(); }
+  // {op: (native, fallback)}; a group spanning hosts adds its parts within and across hosts
+  // (NOTE [hierarchical collectives]).
+  std::map<std::string, std::pair<int64_t, int64_t>> counters() const;
 
   // Symmetric memory (NOTE [zero-copy] in snac/plan.h): CUDA tensors from the
   // group's pool, read in place by collectives. Collective calls. (No
@@ -132,8 +135,12 @@ class PurlinBackend : public c10d::Backend {
   // table] in protocol_table.h), -1 for ops that do not consult it; *by_table is
   // set when the table (not a limit) sends the op to NCCL.
   // `redop`: the op's reduction, for reducing ops (bitwise ones fall back).
+  // NOTE [host map]: every collective calls it first, so it maps the group's hosts at the
+  // first one; `hier` (ops with a hierarchical form): set, with "" returned, when the op
+  // runs hierarchically in a group that spans hosts (NOTE [hierarchical collectives]).
   std::string fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes = -1,
-                              bool* by_table = nullptr, const c10d::ReduceOp* redop = nullptr) const;
+                              bool* by_table = nullptr, const c10d::ReduceOp* redop = nullptr,
+                              bool* hier = nullptr) const;
   // Counts the fallback of `op` and returns the backend that serves it.
   c10d::Backend& fallback_for(const std::string& op, const std::vector<at::Tensor>& tensors, const std::string& why,
                               bool by_table);
@@ -153,6 +160,7 @@ class PurlinBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
   Fallback fallback_;
+  std::unique_ptr<GroupHosts> hosts_;  // NOTE [host map]: made with the group, mapped at its first collective
   // NOTE [shutdown and abort]: the group's state, and its health (NOTE [group health]) with the
   // abort request that ends the host waits of its shared-memory Atoms and the device waits of its
   // CUDA group (declared before the engines, which hold its address).

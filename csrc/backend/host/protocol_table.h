@@ -1,7 +1,8 @@
 // protocol_table.h — the size rows of Purlin's protocol table that depend on
 // the world size: from which size a collective family runs on NCCL
-// (TORCH_PURLIN_CUDA_NCCL_FROM) and from which size all_reduce runs two-shot
-// (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES). Free of torch headers.
+// (TORCH_PURLIN_CUDA_NCCL_FROM), from which size all_reduce runs two-shot
+// (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES), and from which size a group spanning
+// hosts runs a collective hierarchically. Free of torch headers.
 #pragma once
 
 #include <cstdint>
@@ -37,17 +38,27 @@ namespace purlin::backend {
 // all_reduce one-shot pushed beats NCCL at 64M-256M at W = 2, hence
 // all_reduce@2 and two-shot never at W = 2) and apply to every world size not
 // named until measured on more GPUs.
+// A group whose ranks span hosts (NOTE [host map]) has rows of its own, in the
+// same form but compiled in (hierarchical_rows below): from which size a CPU
+// collective runs hierarchically instead of flat on gloo.
 class NcclTable {
  public:
   // Parses "family[@W]=bytes,..." ("" or "none": no rows) and keeps the rows
-  // of a group of `world` ranks; throws std::invalid_argument.
-  static NcclTable parse(const std::string& text, int world);
-  // Bytes from which `op` runs on NCCL; 0: never.
+  // of a group of `world` ranks; throws std::invalid_argument naming `var`.
+  static NcclTable parse(const std::string& text, int world, const char* var = "TORCH_PURLIN_CUDA_NCCL_FROM");
+  // Bytes from which `op` runs on NCCL (hierarchically, for hierarchical_rows); 0: never.
   int64_t from(const std::string& op) const;
 
  private:
   std::map<std::string, int64_t> rows_;
 };
+
+// The hierarchical rows (NOTE [hierarchical collectives] in backend/c10d/hierarchical.cc): in a
+// group spanning hosts with the same number of ranks on each, a CPU collective of a family named
+// here whose larger side holds at least that many bytes runs hierarchically (within each host
+// natively, across hosts on the fallback engine); smaller ones, and families not named, run flat on
+// the fallback engine. Same form as the NCCL rows, for a group of `world` ranks.
+NcclTable hierarchical_rows(int world);
 
 // The value of a "bytes[,@W=bytes...]" list for a group of `world` ranks
 // (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES); `var` names the variable in errors.

@@ -42,6 +42,10 @@ std::string check_probes(const std::vector<WorkspaceProbe>& all, std::string* sh
   bool all_share = true;
   for (const WorkspaceProbe& p : all) all_share &= p.share != 0;
   for (size_t r = 1; r < all.size(); ++r) {
+    // A group spanning hosts never gets here: the backend maps its hosts first (NOTE [host map] in
+    // backend/host/host_map.h: shared memory every rank of a host can open) and sends its CUDA
+    // tensors to NCCL. This check stays as a second guard for ranks that share /dev/shm under
+    // different hostnames; the handle exchange after it checks that every IPC handle opens.
     if (all[r].host != all[0].host)
       return rank_str(0) + " is on host '" + all[0].host + "' but " + rank_str(r) + " on '" + all[r].host +
              "' (CUDA IPC needs one host)";
