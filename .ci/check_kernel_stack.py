@@ -3,7 +3,7 @@ keeps a stack frame (ptxas -v output on stdin; .ci/compile_cuda.sh feeds it).
 
 NOTE [register units] (csrc/atom/cuda/device/line_kernel.cuh): a small collective is
 a chain of memory round trips, and a kernel with a stack adds local-memory
-ones (session 10: 5.1 -> 3.5 us per 1K all_reduce on 2x H200 once the line
+ones (2026-11-30: 5.1 -> 3.5 us per 1K all_reduce on 2x H200 once the line
 kernel had none). Allowed, listed in ALLOWED: the 1-byte element types
 (sixteen elements per lane of a wide line; their reductions spill), and up to
 16 B in plan_kernel<int64>, whose tagged-wait slow path (NOTE [tagged waits],

@@ -11,7 +11,7 @@ Prints one line per case on rank 0: microseconds per call, the fastest and
 the median of --rounds runs of --calls calls.
 
 NOTE [host rounds] The cases take turns, one run each per round. The device
-VM's host has slow spells of seconds (session 12 saw torch add_ at 6.5 and
+VM's host has slow spells of seconds (2026-11-30 saw torch add_ at 6.5 and
 at 10.5 us per call in two device calls), which a case timed all at once
 takes whole; taking turns spreads them over every case, and the fastest run
 is the one a spell missed.

@@ -15,7 +15,7 @@ purlin_group (a group whose CUDA engine is created under given env settings).
 
 Ranks sharing a GPU (NOTE [shared GPU] in csrc/atom/cuda/host/symmetric_workspace.h):
 with fewer GPUs than ranks, a suite runs only under TORCH_PURLIN_CUDA_SHARE_GPU=1
-(start CUDA MPS first: tools/gpu_session.sh and test/gpu/run_gpu_suite.sh do for NPROC > GPUs); rank r
+(start CUDA MPS first: tools/gpu.sh and test/gpu/run_gpu_suite.sh do for NPROC > GPUs); rank r
 then uses GPU r % count, and NCCL, which refuses such groups, is no reference:
 workers check against the CPU references only and skip NCCL-only families
 (Runner.skip, reported by pytest as skipped).
@@ -67,7 +67,7 @@ def bind_rank(rank, world):
     # The ranks share the host's cores: torch's intra-op threads (ops above 32K elements, e.g. the
     # CPU references) would oversubscribe them, and an OpenMP region stalls while its threads wait
     # for cores that spinning peer ranks hold: at world 8 on 16 cores, cases of >= 65537 elements
-    # took 2-7 s each (session 15), the smaller ones milliseconds.
+    # took 2-7 s each (2026-12-01), the smaller ones milliseconds.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dev = torch.device("cuda", device_of(rank))
     torch.cuda.set_device(dev)

@@ -28,7 +28,7 @@ from gpu_harness import (Runner, all_gather_input, assert_equal, check_exited_cl
                          init_worker, purlin_group, run_suite, shares_gpu)
 from mp_util import PREMUL_FACTOR, reference
 
-WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu_session.sh NPROC)
+WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu.sh NPROC)
 SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "240"))
 PURLIN_TIMEOUT = timedelta(seconds=20)  # bounded device waits: a hang fails a case, not the suite
 RTOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
@@ -1604,7 +1604,7 @@ def _worker(rank, world, init_file, log_path):
         torch.cuda.synchronize()
         if kind == "sizes far apart, parity plan":
             # NOTE [tagged waits]: rank 0 launches fewer blocks than its peers, whose extra blocks wait for flags
-            # rank 0 never raises; they see its tag instead (was: a timeout at world 8, session 15)
+            # rank 0 never raises; they see its tag instead (was: a timeout at world 8, 2026-12-01)
             t = torch.ones(1000 if rank == 0 else 1_000_000, device=dev)
         elif kind.startswith("sizes"):
             t = torch.ones(1000 + 512 * rank, device=dev)  # ranks disagree on the element count

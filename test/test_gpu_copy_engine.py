@@ -29,7 +29,7 @@ from gpu_harness import (Runner, all_gather_input, assert_equal, check_exited_cl
                          init_worker, purlin_group, run_suite, shares_gpu)
 from mp_util import make_input
 
-WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu_session.sh NPROC)
+WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu.sh NPROC)
 SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "300"))
 PURLIN_TIMEOUT = timedelta(seconds=20)  # bounded waits: a hang fails a case, not the suite
 CE_PROTOCOL = "copy-engine"

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from gpu_harness import gpus_missing, init_purlin_worker, run_ranks_expect_ok, write_result
 from mp_util import int_floats
 
-WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu_session.sh NPROC)
+WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu.sh NPROC)
 NCCL_UNSHUT = "destroy_process_group() was not called"  # ProcessGroupNCCL's destructor, when never shut down
 NOTICE_S = 3.0  # a peer's break or death reaches every rank within this (the watcher looks every 50 ms)
 

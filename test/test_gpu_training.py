@@ -17,7 +17,7 @@ import torch.distributed as dist
 from gpu_harness import (gpus_missing, init_worker, native_cuda_errors, purlin_group, run_ranks_expect_ok, shares_gpu,
                          write_result)
 
-WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu_session.sh NPROC)
+WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu.sh NPROC)
 STEPS = 5
 
 pytestmark = pytest.mark.skipif(bool(gpus_missing(WORLD)), reason=gpus_missing(WORLD) or "runs")

@@ -194,7 +194,7 @@ def time_calls(fn, iters, args, per=1, batched=False, queued=False):
     `queued` (--graph-timing queued, the default) the GPU first sleeps
     QUEUE_AHEAD_S, long enough for the host to queue every timed replay, so
     the replays run back to back and a sample is the GPU's time for one.
-    `replay` keeps the launch gaps (the method of sessions 1-7)."""
+    `replay` keeps the launch gaps (the method used until 2026-11-30 16:00 UTC)."""
     sync(args)
     agree([0.0])                        # ranks start each timed batch together
     if args.device.type == "cpu":
@@ -497,7 +497,7 @@ def free_memory(args, size):
 def warm_up_gpu(seconds):
     """Busy GPU work before the first cell. The first cell of a fresh bench
     process measured inflated on 2x H200 (all_reduce 1K in graph mode 8.6-15.9
-    us against 6.0 in the same run's later cells, sessions 7-8; the GPU idles at
+    us against 6.0 in the same run's later cells, 2026-11-30; the GPU idles at
     a low clock and loads modules lazily); METHOD: warm up first."""
     if seconds <= 0:
         return

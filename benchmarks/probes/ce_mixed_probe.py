@@ -3,12 +3,12 @@
     torchrun --nproc-per-node=2 benchmarks/probes/ce_mixed_probe.py [n]
 
 The family's n=300001 cases took ~5.5 s for 10 iterations of four collectives on 2x H200
-(sessions 9-13) and on one shared H200: ~137 ms per collective. This times each
+(2026-11-30 to 2026-12-01) and on one shared H200: ~137 ms per collective. This times each
 collective of the same loop alone (synchronised before and after), with the copy-engine
 Atom on (TORCH_PURLIN_CUDA_CE_BYTES=1, as the test) and, for comparison, its ops on the SM
 kernel, plus the CPU work the test does per iteration.
 
-Session 14, one H200 shared by two ranks (MPS), fastest of 5: every collective of the loop
+2026-12-01, one H200 shared by two ranks (MPS), fastest of 5: every collective of the loop
 took 0.023-0.073 ms on either path at n=300001 and n=4099 (copy engine: all_gather 0.073 ms,
 broadcast 0.053; SM kernel 0.026-0.036), all four in a row 0.151 / 0.083 ms, while generating
 this probe's share of the test's CPU work (inputs and a reference) took 42.9 ms. So the

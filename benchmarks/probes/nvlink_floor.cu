@@ -3,7 +3,7 @@
 // does nothing, pings its peer, or moves 1 KB as flagged lines (the line
 // kernel's protocol, stripped of the plan). One process drives both GPUs
 // (peer access), so no IPC and no torch. Issue 4's "3.5 us all_reduce" is
-// judged against these numbers (docs/PERFORMANCE.md, session 8).
+// judged against these numbers (benchmarks/results/cuda_h200x2_20261130h_probes.md).
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -Icsrc benchmarks/probes/nvlink_floor.cu -o /tmp/nvlink_floor
 //   /tmp/nvlink_floor [ops per graph, default 100] [procs]
@@ -36,7 +36,7 @@
 //                    line, NOTE [wide lines]) on G blocks x 512 threads: every
 //                    block pushes its lines, then polls the peer's and sums
 //                    them with its input: purlin's wide-line plan without the
-//                    plan, pad, Done or call tags (purlin: 11.9 us, session 7)
+//                    plan, pad, Done or call tags (purlin: 11.9 us, 2026-11-30)
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 
@@ -106,7 +106,7 @@ __global__ void ping_kernel(Args a) {
   }
 }
 
-// The code-size test (docs/PERFORMANCE.md, session 8): `n` FMAs on four
+// The code-size test (benchmarks/results/cuda_h200x2_20261130h_probes.md): `n` FMAs on four
 // independent chains, either unrolled (n x 16 bytes of instructions, each
 // fetched once per launch) or in a loop (the same work from a few
 // instructions). If a launch pays per instruction line fetched, unrolled

@@ -5,7 +5,7 @@
 // nvlink_floor.cu (the same protocol stripped of everything but the lines),
 // the difference is what purlin's kernels cost above the floor, and runtime
 // variants (threads, overlapped launch, line format) locate it without torch,
-// NCCL or a bench in the way (docs/PERFORMANCE.md, session 8).
+// NCCL or a bench in the way (benchmarks/results/cuda_h200x2_20261130h_probes.md).
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -Icsrc -DPURLIN_WITH_CUDA benchmarks/probes/purlin_floor.cu \
 //        csrc/atom/cuda/{symmetric_workspace,workspace_probe,ipc_peers,nvlink_probe,launch_config,launch_config_sm90,\
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
       {"all_reduce 1K", "all_reduce", 1 << 10, 0, true},      {"all_reduce 1K pdl=0", "all_reduce", 1 << 10, 0, false},
       {"all_reduce 1K 512thr", "all_reduce", 1 << 10, 512, true}, {"all_reduce 4K", "all_reduce", 4 << 10, 0, true},
       {"all_reduce 16K", "all_reduce", 16 << 10, 0, true},    {"all_reduce 64K", "all_reduce", 64 << 10, 0, true},
-      // Session 11: the 64K launch shape (blocks x threads, one line per thread unless noted) and wide lines.
+      // 2026-11-30: the 64K launch shape (blocks x threads, one line per thread unless noted) and wide lines.
       {"all_reduce 64K 16x512", "all_reduce", 64 << 10, 512, true, 16},
       {"all_reduce 64K 8x1024", "all_reduce", 64 << 10, 1024, true, 8},
       {"all_reduce 64K 32x256", "all_reduce", 64 << 10, 256, true, 32},
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
       {"all_reduce 1M", "all_reduce", 1 << 20, 0, true},      {"broadcast 1K", "broadcast", 1 << 10, 0, true},
       {"all_gather 1K", "all_gather", 1 << 10, 0, true},       {"broadcast 64K", "broadcast", 64 << 10, 0, true},
       {"all_gather 64K", "all_gather", 64 << 10, 0, true},
-      // What a launch's block count costs at a fixed size (added in session 12, not run yet;
+      // What a launch's block count costs at a fixed size (added in 2026-11-30, not run yet;
       // `_p_probes.md` table A: 1K on 1 block 3.23 us, 4K on 4 blocks 3.78, 16K on 16 4.08):
       // blocks beyond the data's own have no lines but still take part in end_launch's
       // last-block count.
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
     std::vector<uint16_t> host(n), got(gather ? 2 * n : n);
     for (int64_t i = 0; i < n; ++i) host[i] = to_bf16(static_cast<float>(rank + 1 + i % 5));
     // On s, then synchronized: a pageable cudaMemcpy may return before its DMA lands, and s (non-blocking)
-    // does not wait for the legacy stream, so the check's launch could read stale input (1M #wrong, session 10).
+    // does not wait for the legacy stream, so the check's launch could read stale input (1M #wrong, 2026-11-30).
     CHECK(cudaMemcpyAsync(in, host.data(), n * esize, cudaMemcpyHostToDevice, s));
     CHECK(cudaStreamSynchronize(s));
     barrier(sh, rank, gen);

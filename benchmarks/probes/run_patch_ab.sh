@@ -4,7 +4,7 @@
 # Builds the tree (A) and the tree with PATCH applied (B; ninja rebuilds only what the patch
 # touches), keeps both extensions, then runs the bench ROUNDS times (default 3) on each, taking
 # turns A1 B1 A2 B2 ... so a drift of the machine falls on both alike. BENCH_ARGS as for
-# tools/gpu_session.sh bench (default: all_reduce and all_gather, 1K-1M, graph, purlin alone).
+# tools/gpu.sh bench (default: all_reduce and all_gather, 1K-1M, graph, purlin alone).
 # Writes LOG_DIR/ab.md (every run's tables, in turn order, with the exact commands) and
 # LOG_DIR/ab_logs.tgz (LOG_DIR: $PURLIN_AB_LOGS, default ./gpu_logs); leaves the tree as it found it (patch reverted, A's extension in place).
 set -uo pipefail
@@ -33,12 +33,12 @@ git apply --reverse "$PATCH" && trap - EXIT
   echo "# A/B of $(basename "$PATCH") ($(date -u +%F' '%T) UTC, $(nvidia-smi -L | head -1 | cut -d'(' -f1), $ROUNDS rounds)"
   echo
   echo "- A = the tree ($(git rev-parse --short HEAD)), B = the tree with $PATCH"
-  echo "- each run: \`BENCH_ARGS=\"$BENCH_ARGS\" bash tools/gpu_session.sh bench\` (NPROC=${NPROC:-2})"
+  echo "- each run: \`BENCH_ARGS=\"$BENCH_ARGS\" bash tools/gpu.sh bench\` (NPROC=${NPROC:-2})"
 } >"$OUT/ab.md"
 for r in $(seq "$ROUNDS"); do
   for v in A B; do
     cp "$W/$v.so" "$(so)"
-    bash tools/gpu_session.sh -l "$W/run_$v$r" bench >"$W/run_$v$r.txt" 2>&1
+    bash tools/gpu.sh -l "$W/run_$v$r" bench >"$W/run_$v$r.txt" 2>&1
     echo "run $v$r exit $?"
     { echo; echo "## $v$r"; echo; cat "$W/run_$v$r/bench/bench.md" 2>/dev/null || echo "(no table: see ab_logs.tgz)"; } >>"$OUT/ab.md"
   done

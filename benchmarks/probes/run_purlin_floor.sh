@@ -16,11 +16,11 @@
 #   kernel's phase boundaries, printed as cycles since entry), stamps_op (also
 #   inside the copy and reduce element loops), relaxed_reuse (the reuse wait's
 #   first Done poll relaxed, not acquire), const_touch / const_touch_stamps
-#   (the state phase's parameters read before griddepcontrol.wait; session 11,
+#   (the state phase's parameters read before griddepcontrol.wait; 2026-11-30,
 #   below: no gain), state_stamps (stamps inside the launch-state phase),
 #   gpu_reuse / weak_reuse / gpu_lines / gpu_both_stamps (load scopes, below),
 #   stamps_last (stamps on the last
-#   block), div32 (a block's share of an op in 32-bit arithmetic; session 10,
+#   block), div32 (a block's share of an op in 32-bit arithmetic; 2026-11-30,
 #   not run yet). Only the named copies are built. `spin` and
 #   `nowait`/`nodone` need the sources they were written against: a pattern
 #   that no longer matches stops the script (python assert).
@@ -68,7 +68,7 @@ STAMPS = [(K, "  ptx::griddep_wait();  // NOTE [overlapped launch]",
            "  detail::end_launch(p, base, lbase, lseq, G, true, true, s_pads);\n"
            "  if (stamper) { unsigned sm; asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(sm));\n"
            "    stamps[11] = clock64(); stamps[12] = p.n_ops; stamps[13] = sm; }\n}")]
-# (Session 9 also measured here, before NOTE [staged plan] landed: the plan copied into shared
+# (2026-11-30 also measured here, before NOTE [staged plan] landed: the plan copied into shared
 # memory after the wait, from the parameters or a device-resident plan, and __launch_bounds__(512),
 # which left 62 registers and the same 192-byte stack: docs/PERFORMANCE.md.)
 # stamps_op: stamps plus, inside the element loop of block 0's thread 0, clock64 after each source
@@ -105,7 +105,7 @@ DIV32 = (K, "  const int64_t per = G == 1 ? op.n : part_size(op.n, G, kE), lo = 
          "  constexpr uint32_t kAl = static_cast<uint32_t>(kPartBytes / kE);\n"
          "  const int64_t per = G == 1 ? op.n : static_cast<int64_t>(((static_cast<uint32_t>(op.n) + G - 1) / "
          "static_cast<uint32_t>(G) + kAl - 1) / kAl * kAl), lo = blockIdx.x * per;")
-# const_touch (session 11): warp 1 reads the parameters the launch-state phase and the ops use
+# const_touch (2026-11-30): warp 1 reads the parameters the launch-state phase and the ops use
 # (pad, layout, timeout, call signature, input / output, ...) from the constant bank before
 # griddepcontrol.wait and stores their xor to shared memory, so a constant-cache miss on them
 # (one more round trip before the state loads can issue) overlaps the previous kernel's end.
@@ -122,7 +122,7 @@ CONST_TOUCH = (K, "  if (staged) detail::stage_plan(p, s_ops, s_srcs);\n",
                "    asm volatile(\"st.shared.u64 [%0], %1;\" :: \"r\"(static_cast<unsigned>(__cvta_generic_to_shared(&s_touch))),\n"
                "                 \"l\"(v) : \"memory\");\n"
                "  }\n")
-# state_stamps (session 11): stamps plus, inside the launch-state phase, clock64 once thread 0's four
+# state_stamps (2026-11-30): stamps plus, inside the launch-state phase, clock64 once thread 0's four
 # state loads have landed (slot 14), once the reuse poll's loads have landed (slot 15, the thread
 # that polls a peer) and just before the phase's barrier (slot 21): which load the ~1460 cycles
 # between griddepcontrol.wait and the first op wait for. The clock is read by an asm that takes
@@ -143,7 +143,7 @@ STATE_STAMPS = STAMPS + [
         "        stamps[15] = c;\n      }\n"),
     (K, "  if (!__syncthreads_and(ok) || s_state[2] != 0) return;\n",
         "  if (stamper) stamps[21] = clock64();\n  if (!__syncthreads_and(ok) || s_state[2] != 0) return;\n")]
-# Scope of the loads that read what a peer wrote (session 11, after state_stamps showed the reuse
+# Scope of the loads that read what a peer wrote (2026-11-30, after state_stamps showed the reuse
 # poll's loads landing ~1000 cycles after thread 0's plain state loads of the same pad, ~150):
 # gpu_reuse: the reuse wait's first Done poll as ld.acquire.gpu; weak_reuse: a plain (weak,
 # L1-cacheable) load (measurement only: no ordering); gpu_lines: line polls as

@@ -45,7 +45,7 @@
 //   slot before it notifies (stores over NVLink instead of loads), and the
 //   destination copies it from its own workspace; the owner's Reuse waits
 //   and the destinations' end-of-round acks cover these writes as they do
-//   phase 0's (session 13).
+//   phase 0's (2026-12-01).
 // NOTE [peer outputs] — with write_peer_outputs (every rank's output in
 //   symmetric memory; Copy specs) nothing is staged and nothing is consumed:
 //   one round, no workspace. Each destination first raises Staged to step 1
@@ -57,7 +57,7 @@
 //   writer before it ends, so what follows it sees the data. Both notices
 //   are Staged steps so that a writer's first wait for a peer is a Staged
 //   wait, the one an Atom checks the peer's call tag on. Every block is a
-//   pure writer: no consume copy (docs/PERFORMANCE.md, session 14).
+//   pure writer: no consume copy (docs/PERFORMANCE.md).
 // NOTE [epochs] — flag values are step counters relative to the plan start;
 //   the executor adds the group's running base, so flags only ever grow and
 //   never need resetting (safe under graph replay with a device-side base).

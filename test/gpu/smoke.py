@@ -94,7 +94,7 @@ def main(rank, world, init):
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as d:
-        world = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # tools/gpu_session.sh NPROC
+        world = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # tools/gpu.sh NPROC
         ctx = mp.start_processes(main, args=(world, os.path.join(d, "init")), nprocs=world, start_method="spawn",
                                  join=False)
         while not ctx.join(timeout=60):

@@ -3,7 +3,7 @@
 // queued on the caller's stream, which orders whatever the caller does next).
 //
 // NOTE [eager host path] An eager small collective is bound by the host
-// (docs/PERFORMANCE.md, session 12: purlin's own code cost ~4-5 us per call
+// (benchmarks/results/cuda_h200x2_20261130p_probes.md: purlin's own code cost ~4-5 us per call
 // on the H200 VM around a ~2.4 us launch). This Work is one allocation: no
 // Future, list type or IValue list is built unless someone asks for the
 // Future (DDP comm hooks do), and then it is made once, completed.

@@ -21,7 +21,7 @@
 //   when only one of them joined an earlier group (a split or new_group that left
 //   the other out). NCCL never notices (its split goes through the parent's
 //   communicator); purlin's members waited for each other under different keys
-//   (session 19: a DeviceMesh at world 4 hung after such a split).
+//   (2026-12-02: a DeviceMesh at world 4 hung after such a split).
 // - The non-members' "no color" split that new_group() asks of a device-bound
 //   group (`perform_nocolor_split`) has nothing to do (bindings.cc).
 // - One PurlinBackend serves both the CPU and the CUDA tensors of a group, and

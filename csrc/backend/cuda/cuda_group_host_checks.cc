@@ -15,7 +15,7 @@ namespace purlin::backend {
 // ranks made the same call (NOTE [call tags]); the copy engines cannot:
 // stream memory operations only wait for a value >= v (an equality check
 // built from two such waits left both ranks' streams blocked past the
-// watchdog on one shared H200, session 17). So every copy-engine collective
+// watchdog on one shared H200, 2026-12-02). So every copy-engine collective
 // first exchanges its signature (what the call tag hashes: the Spec, dtype
 // and options, and the pool offsets of zero-copy inputs) through the host's
 // shared-memory arrival, microseconds beside the large collectives this path
@@ -44,7 +44,7 @@ void CudaGroup::ce_check(const Request& rq, uint64_t sig) {
 // every rank made the same mistake, every rank raised and the group goes on in
 // step. When only this rank did, the others entered the collective and wait
 // for it on the GPU, and this rank's next collective would meet their data
-// from that call (an H200 run returned a wrong sum so, session 18). So the
+// from that call (an H200 run returned a wrong sum so, 2026-12-02). So the
 // next collective after a local error first asks every rank on the host
 // whether it raised at that same call: if all did, nothing else happens; a
 // rank that does not come entered the collective, and the group is unusable

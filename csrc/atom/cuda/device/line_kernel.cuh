@@ -49,14 +49,14 @@ namespace detail {
 //   index. An array indexed at run time goes to local memory, whose first
 //   touch in a launch is a round trip to L2 or HBM; with the unit's loops
 //   bounded by k, each Copy and Reduce paid several of them in a chain
-//   (docs/PERFORMANCE.md, session 10). For the same reason the kernel makes
+//   (benchmarks/results/cuda_h200x2_20261130k_probes.md). For the same reason the kernel makes
 //   no calls: the ops, the line waits and their polls and the timeout
 //   records are inlined (a call's ABI kept a stack and spilled the op loop's
 //   counter; inlining them took all_reduce 1K from 3.66 to 3.47 us on the
 //   probe, with ~3x the code). The narrow line kernel says
 //   __launch_bounds__(1024, 1): a launch never has more blocks than SMs, so
 //   one block per SM is all it needs, and without the 1 ptxas may aim at two
-//   resident blocks per SM, i.e. 32 registers, and spill (session 21: with
+//   resident blocks per SM, i.e. 32 registers, and spill (2026-12-02: with
 //   the abort check in the line wait, line_kernel<int64, narrow> on sm_90 and
 //   the float and int32 ones on sm_100 got 32 registers and 96-120 B stacks;
 //   sm_100's narrow int64 and double kernels had 72-80 B stacks before it; with
@@ -70,7 +70,7 @@ namespace detail {
 //   machine before/after): all_reduce 4K-64K took 0.2-0.4 us longer with
 //   either form (64K: 4.4-4.5 -> 4.7-4.9 us), all_gather no longer; whether
 //   the check's code or the launch bound costs it is not isolated
-//   (docs/STATUS.md, session 21).
+//   (measured 2026-12-02).
 template <class T>
 constexpr int kUnit = static_cast<int>(kLinePayload / sizeof(T));
 

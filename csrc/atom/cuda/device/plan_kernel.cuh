@@ -199,7 +199,7 @@ __device__ __forceinline__ void end_launch(const KernelParams& p, uint64_t base,
 //   kernel ends; the op loop then reads shared memory. Measured with
 //   benchmarks/probes/purlin_floor.cu (two ranks on one H200 under MPS):
 //   all_reduce 1K 6.6 -> 6.0 us, 64K 7.5 -> 6.8, 1M 18.3 -> 16.5 per launch
-//   when staged after the wait (docs/PERFORMANCE.md, session 9). Both the
+//   when staged after the wait (docs/PERFORMANCE.md). Both the
 //   line kernel and the plan kernel stage; plans longer than the stage keep
 //   reading in place.
 constexpr int kStagedOps = kInlineOps;
@@ -223,7 +223,7 @@ __device__ __forceinline__ void stage_plan(const KernelParams& p, DevOp* s_ops, 
 //   NOTE [call tags]) also notices that the peer made another call of this
 //   collective while it waits, and fails with the call-tag record at once:
 //   ranks whose calls differ may run other block counts or round shapes, so
-//   the flag slot awaited may never be raised (session 15, world 8: sizes
+//   the flag slot awaited may never be raised (2026-12-01, world 8: sizes
 //   1000 + 512 x rank on a parity plan timed out instead of naming the call).
 //   The call tag cannot say it: an older collective's tag differs from this
 //   one's as much. So block 0 also writes a call stamp (call_stamp,
@@ -235,7 +235,7 @@ __device__ __forceinline__ void stage_plan(const KernelParams& p, DevOp* s_ops, 
 //   stamp_of_other_call (call_tag.h) fails the wait only for a stamp of this
 //   base that is not its own. No false alarm from an older collective's
 //   stamp (another base), nor from a slot never written (0, which has base
-//   0's high half: a group's first collective; session 15's first form
+//   0's high half: a group's first collective; the first form of 2026-12-01
 //   failed every group's first plan-kernel collective on a GPU), nor from a
 //   peer's next collective (a parity plan writes the other half's slot, a
 //   line plan none, any other waits for this rank's Done). Bases 2^32 epochs
@@ -248,14 +248,14 @@ __device__ __forceinline__ void stage_plan(const KernelParams& p, DevOp* s_ops, 
 //   start; the slow path recomputes it), and the look at the stamp is out of
 //   line (other_call_stamped, __noinline__, three VALUE arguments; it
 //   records nothing). Two forms without any stack failed on an H200 with
-//   "misaligned address" at their first plan-kernel collective (session 16):
+//   "misaligned address" at their first plan-kernel collective (2026-12-01):
 //   the callee taking the kernel's __grid_constant__ parameters by
 //   reference, and the callee taking the block's __shared__ state by
 //   pointer; pass it only values and global pointers. This form keeps 16 B
 //   of stack in plan_kernel<int64> on sm_90 (ptxas -v, CUDA 13.0; the
 //   others none): its spills are the op loop's `ops` pointer and the Wait
-//   case's predicate, a load per op, never per element (nvdisasm, session
-//   16), so .ci/check_kernel_stack.py allows that one kernel. Where the
+//   case's predicate, a load per op, never per element (nvdisasm,
+//   2026-12-01), so .ci/check_kernel_stack.py allows that one kernel. Where the
 //   stack lands moves with every edit at that edge: re-read ptxas -v after
 //   any change here. A valid call's poll has the plain wait's one compare
 //   (against look_at, not the timeout) and no extra load.
@@ -276,7 +276,7 @@ __device__ __forceinline__ int64_t stamp_word(const PadLayout& L, bool parity, i
 // after it (NOTE [call tags]) finds the peer's tag of that other call (or an
 // older one, if the stamp's store became visible before the tag's) and fills
 // the call-tag record. Its arguments are values: the kernel's
-// __grid_constant__ parameters are not passed by address (session 16: a form
+// __grid_constant__ parameters are not passed by address (2026-12-01: a form
 // that took `const KernelParams&` failed its first plan-kernel collective on
 // an H200 with "misaligned address"), and three of them keep the call cheap
 // enough that no plan kernel spills.

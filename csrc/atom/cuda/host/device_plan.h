@@ -119,7 +119,7 @@ DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias
 //   Notify in its flagged lines: a line plan's Wait and Signal ops do
 //   nothing there. Dropping them on the host spares the kernel's op loop a
 //   visit each, ~200 cycles apiece on H200 (the one-shot all_reduce has three
-//   of its five ops so; docs/PERFORMANCE.md, session 11). Only for plans run
+//   of its five ops so; benchmarks/results/cuda_h200x2_20261130m_probes.md). Only for plans run
 //   by the line kernel: the plan kernel's flags are these ops.
 void drop_line_carried_ops(DevicePlan* plan);
 

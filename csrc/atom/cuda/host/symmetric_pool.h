@@ -22,7 +22,7 @@
 //   owner's), for allocations on other streams only once the work queued on
 //   its stream when it was freed has completed (an event free() records).
 //   free() runs on the host when the tensor dies, typically while kernels
-//   that use it are still queued: before this (session 15) the block was
+//   that use it are still queued: before this (2026-12-01) the block was
 //   free for any stream at once, so e.g. FSDP2, which allocates
 //   reduce-scatter inputs on the default stream and all-gather outputs on
 //   its all-gather stream from the process group's allocator, could have an
@@ -43,10 +43,10 @@
 //   placement timing-dependent. Borrowing last keeps streams apart: a
 //   borrowed block makes e.g. FSDP2's all-gather stream wait for its
 //   reduce-scatter stream's work (the suspected cost when the rule borrowed
-//   first, session 17 on one shared H200: 23.3 ms a step, 18.8 without the
+//   first, 2026-12-02 on one shared H200: 23.3 ms a step, 18.8 without the
 //   pool). Ranks that allocate and free in the
 //   same order (FSDP2, any program whose tensors die in program order) get
-//   the same offsets with no host rendezvous (session 16: 30 of the 63 us
+//   the same offsets with no host rendezvous (2026-12-01: 30 of the 63 us
 //   of an allocation on one shared H200 were the agreement, and each waited
 //   for the slowest rank's host). Ranks that do not get different offsets
 //   without an error here; a collective on such tensors then fails its call

@@ -95,7 +95,7 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   // outside this group count too where they are declared (TORCH_PURLIN_CUDA_SHARE_GPU_RANKS):
   // a DeviceMesh's 2-rank groups at world 4 on one H200 run at once, and counting only their
   // own 2 ranks would give each process a quarter of the SMs, the full share that starved a
-  // rank's last block at world 4 in session 9.
+  // rank's last block at world 4 in 2026-11-30.
   group_info.sm_count = sm_budget(group_info.sm_count, budget_ranks_per_gpu(probes));
   ws->config_ = same_arch ? choose_launch_config(group_info) : launch_config_portable(group_info);
   if (fixed > 0) fixed = std::min(fixed, ws->config_.max_blocks);

@@ -41,7 +41,7 @@ std::pair<int, int64_t> spread(const LaunchConfig& c, int64_t units, int64_t per
 //   `threads`), then more than one line per thread. Only the block count
 //   must agree across ranks (it partitions the ops); it depends on the
 //   bytes and the agreed config only. Threads are a launch's own choice.
-//   (Until session 11 narrow and wide launches both took bytes / 8 /
+//   (Until 2026-11-30 narrow and wide launches both took bytes / 8 /
 //   `threads` blocks of `threads`.)
 LaunchShape LaunchConfig::narrow_line_shape(int64_t bytes) const {
   constexpr int64_t kLineThreads = 128, kWarp = 32;

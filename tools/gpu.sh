@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpu_session.sh — the GPU work of a change, in one run, on any machine with GPUs:
-#   bash tools/gpu_session.sh [-l LOG_DIR] PART...        (default parts: smoke suite)
+# gpu.sh — the GPU work of a change, in one run, on any machine with GPUs:
+#   bash tools/gpu.sh [-l LOG_DIR] PART...        (default parts: smoke suite)
 #   smoke     test/gpu/smoke.py: every collective once (closed-form references); a failure skips `suite`
 #   suite     build + the GPU test files (test/gpu/run_gpu_suite.sh; SUITE_FILES overrides the list)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck over test/gpu/smoke.py
@@ -27,7 +27,7 @@ export PURLIN_GPU_WORLD="$NPROC"
 gpu_share "$NPROC" "$LOGS"
 trap gpu_share_stop EXIT
 
-say "== GPU session $(date -u +%F' '%T) UTC: $parts (NPROC=$NPROC on $(gpu_count) GPUs${TORCH_PURLIN_CUDA_SHARE_GPU:+, shared})"
+say "== GPU run $(date -u +%F' '%T) UTC: $parts (NPROC=$NPROC on $(gpu_count) GPUs${TORCH_PURLIN_CUDA_SHARE_GPU:+, shared})"
 if { has smoke || ! has suite; } && ! ls torch_purlin/_C*.so >/dev/null 2>&1; then  # built before the suite
   PURLIN_BUILD_ONLY=1 bash test/gpu/run_gpu_suite.sh -l "$LOGS" >"$LOGS/build.txt" 2>&1
   say "build exit $?: $(grep -E "^build:|BUILD FAILED" "$LOGS/build.txt")"
