@@ -3,7 +3,7 @@ test/torch_suite/selection.py (CUDA collectives and the suite's DDP tests, which
 world 2, ranks spawned as torch's test_distributed_spawn.py does. Skips cleanly without 2 GPUs.
 
     python -m pytest test/test_gpu_torch_suite.py -q -s
-    python test/torch_suite/run_distributed_test.py --selection cuda -k ddp   # a part of it
+    PURLIN_TORCH_SUITE_SHARD=1/3 python -m pytest test/test_gpu_torch_suite.py -q -s   # a third of it
 """
 import os
 import re
@@ -25,7 +25,8 @@ def test_torch_distributed_suite_cuda(tmp_path):
                                                             "PURLIN_TORCH_SUITE_GATES_OF")}
     env.update(TEMP_DIR=str(tmp_path), DISTRIBUTED_TESTS_DEFAULT_TIMEOUT="120")
     log = os.path.join(os.environ.get("PURLIN_GPU_LOG_DIR") or str(tmp_path), "torch_suite_cuda.json")
-    r = subprocess.run([sys.executable, RUNNER, "--selection", "cuda", "--json", log],
+    shard = os.environ.get("PURLIN_TORCH_SUITE_SHARD", "1/1")  # spawned ranks take seconds per test: split long runs
+    r = subprocess.run([sys.executable, RUNNER, "--selection", "cuda", "--shard", shard, "--json", log],
                        capture_output=True, text=True, timeout=3000, env=env)
     m = re.search(r"^(\d+) passed, (\d+) failed, (\d+) skipped$", r.stdout, re.M)
     tail = (r.stdout + r.stderr)[-6000:]

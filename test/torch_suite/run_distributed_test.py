@@ -6,6 +6,7 @@ BACKEND, WORLD_SIZE and TEMP_DIR.
     python test/torch_suite/run_distributed_test.py                  # the CI selection (CPU)
     python test/torch_suite/run_distributed_test.py --selection all  # every test (long)
     python test/torch_suite/run_distributed_test.py --selection cuda # the CUDA selection (needs 2 GPUs)
+    python test/torch_suite/run_distributed_test.py --selection cuda --shard 1/3   # a third of it
     python test/torch_suite/run_distributed_test.py -k test_all_gather_object_default_pg
     BACKEND=gloo python test/torch_suite/run_distributed_test.py     # the same tests on gloo
     python test/torch_suite/run_distributed_test.py --list           # names, and why a test is left out
@@ -147,6 +148,7 @@ def main(argv=None):
     ap.add_argument("--json", help="write {test: {outcome, s, detail}} here")
     ap.add_argument("--list", action="store_true", help="print the selection and the excluded tests, then exit")
     ap.add_argument("--include-excluded", action="store_true", help="also run the tests EXCLUDED names")
+    ap.add_argument("--shard", default="1/1", help="I/N: only the I-th of N equal parts of the selection")
     ap.add_argument("--start", choices=("fork", "spawn"),
                     help="how ranks start (default: fork for the CPU selections, spawn for cuda)")
     args = ap.parse_args(argv)
@@ -157,6 +159,8 @@ def main(argv=None):
     names = select(args.selection, args.pattern)
     if not args.include_excluded:
         names = [n for n in names if excluded_reason(n) is None]
+    part, parts = (int(x) for x in args.shard.split("/"))
+    names = names[part - 1::parts]
     if args.list:
         for n in names:
             print(n)
