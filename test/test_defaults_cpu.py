@@ -1,7 +1,8 @@
 """purlin as the backend torch picks when a program names none (torch_purlin/defaults.py), and the
 `torch.backends` autoload hook (torch_purlin_autoload.py), each in fresh Python processes:
 
-- set_default() / TORCH_PURLIN_DEFAULT: init_process_group() without a backend, and
+- set_default() / TORCH_PURLIN_DEFAULT / `python -m torch_purlin.run`: init_process_group() without a
+  backend, and
   init_device_mesh() with no group yet, make purlin groups whose all_reduce is exact and native;
   without them torch's gloo stays the default.
 - the entry point setup.py declares (installed here as the metadata `setup.py egg_info` writes):
@@ -86,7 +87,7 @@ def paths(tmp_path_factory):
     return {"script": str(script), "egg": str(egg), "broken": str(broken), "dir": d}
 
 
-def run_ranks(paths, mode, world=2, autoload=False, broken=False, **env):
+def run_ranks(paths, mode, world=2, autoload=False, broken=False, launcher=(), **env):
     """Runs RANK_SCRIPT on `world` ranks; returns [(returncode, stdout, stderr)] per rank."""
     path = [ROOT]
     if broken:
@@ -99,7 +100,7 @@ def run_ranks(paths, mode, world=2, autoload=False, broken=False, **env):
         full_env["TORCH_PURLIN_AUTOLOAD"] = "0"  # an installed torch-purlin's own hook must not blur the case
     full_env.update(PYTHONPATH=os.pathsep.join(path), OMP_NUM_THREADS="1", TEST_PORT=str(_free_port()), **env)
     init = str(paths["dir"] / f"init_{mode}_{os.getpid()}_{_free_port()}")
-    procs = [subprocess.Popen([sys.executable, paths["script"], str(r), str(world), init, mode],
+    procs = [subprocess.Popen([sys.executable, *launcher, paths["script"], str(r), str(world), init, mode],
                               env=full_env, cwd=str(paths["dir"]), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(world)]
     out = []
@@ -185,6 +186,12 @@ def test_set_default_env_at_import(paths):
 def test_set_default_env_device_mesh(paths):
     expect(run_ranks(paths, "mesh", autoload=True, TORCH_PURLIN_DEFAULT="cpu,cuda"), "PurlinBackend",
            cpu_map="purlin")
+
+
+def test_run_launcher(paths):
+    # python -m torch_purlin.run --devices cpu SCRIPT ARGS: the unchanged script's init_process_group() is purlin.
+    expect(run_ranks(paths, "default", launcher=("-m", "torch_purlin.run", "--devices", "cpu")), "PurlinBackend",
+           registered="True", loaded="True", cpu_map="purlin")
 
 
 def test_autoload_registers_without_changing_defaults(paths):
