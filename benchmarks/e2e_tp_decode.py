@@ -115,6 +115,12 @@ class SymmComm(Comm):
         super().__init__(dist.group.WORLD, world)
         self.sm, self.label, self.gather_group = sm, label, gather_group
         self.gname = dist.group.WORLD.group_name
+        enable = getattr(sm, "enable_symm_mem_for_group", None)  # older torch needs it; newer ones deprecate it
+        if enable is not None:
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                enable(self.gname)
         self.name = label
         self.about = {"symm1": "copy into a symmetric buffer + symm_mem.one_shot_all_reduce_out",
                       "symm2": "copy into a symmetric buffer + symm_mem.two_shot_all_reduce_ + copy out"}[label] \
@@ -398,7 +404,8 @@ def hf_generate_rows(args, rank, world, dev, shared_gpu):
                           head_dim=s.head_dim, max_position_embeddings=PROMPT + args.max_new + 8,
                           tie_word_embeddings=False, rope_theta=tpd.ROPE_THETA, eos_token_id=None, pad_token_id=0)
         torch.manual_seed(0)
-        LlamaForCausalLM(cfg).to(dtype).save_pretrained(folder)
+        with torch.device(dev):  # random initialisation of an 8B-shaped layer is slow on a CPU
+            LlamaForCausalLM(cfg).to(dtype).save_pretrained(folder)
     dist.barrier()
     os.environ["LOCAL_RANK"] = str(dev.index if dev.index is not None else rank)
     ref_backend = "nccl" if dev.type == "cuda" and not shared_gpu else ("gloo" if dev.type == "cpu" else None)
