@@ -14,7 +14,7 @@ import pytest
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RUNNER = os.path.join(HERE, "torch_suite", "run_distributed_test.py")
+RUNNER = os.path.join(HERE, "torch_suite", "run_torch_suite.py")
 
 MISSING = "needs 2 GPUs" if not torch.cuda.is_available() or torch.cuda.device_count() < 2 else ""
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING or "runs")

@@ -1,10 +1,10 @@
 """torch's own distributed test suite (torch.testing._internal.distributed.distributed_test) on purlin,
-world 2, CPU: the selections of test/torch_suite/selection.py, run by test/torch_suite/run_distributed_test.py
+world 2, CPU: the selections of test/torch_suite/selection.py, run by test/torch_suite/run_torch_suite.py
 in a fresh process each. Every selected test must pass (none may skip: a test that stops running is a
 change to look at).
 
     python -m pytest test/test_torch_suite_cpu.py -q
-    python test/torch_suite/run_distributed_test.py --selection all    # every test, on demand (~1 min)
+    python test/torch_suite/run_torch_suite.py --selection all    # every test, on demand (~1 min)
 """
 import os
 import re
@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "torch_suite"))
 from selection import CI, GLOO_GATED  # noqa: E402
 
-RUNNER = os.path.join(HERE, "torch_suite", "run_distributed_test.py")
+RUNNER = os.path.join(HERE, "torch_suite", "run_torch_suite.py")
 
 
 @pytest.mark.parametrize("selection,expected", [("ci", len(CI)), ("gloo-gated", len(GLOO_GATED))])

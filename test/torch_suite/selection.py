@@ -1,4 +1,4 @@
-"""Which tests of torch's distributed_test run_distributed_test.py runs on purlin, and why the others do not.
+"""Which tests of torch's distributed_test run_torch_suite.py runs on purlin, and why the others do not.
 
 Measured with torch 2.13 (CPU) at world 2, every test of the suite on purlin and on gloo:
   purlin: 67 passed, 1 failed (test_ddp_logging_data_cpu, EXCLUDED), 217 skipped

@@ -3,13 +3,13 @@
 runs it on gloo and NCCL: one spawned process per rank, a file rendezvous, and the environment
 BACKEND, WORLD_SIZE and TEMP_DIR.
 
-    python test/torch_suite/run_distributed_test.py                  # the CI selection (CPU)
-    python test/torch_suite/run_distributed_test.py --selection all  # every test (long)
-    python test/torch_suite/run_distributed_test.py --selection cuda # the CUDA selection (needs 2 GPUs)
-    python test/torch_suite/run_distributed_test.py --selection cuda --shard 1/3   # a third of it
-    python test/torch_suite/run_distributed_test.py -k test_all_gather_object_default_pg
-    BACKEND=gloo python test/torch_suite/run_distributed_test.py     # the same tests on gloo
-    python test/torch_suite/run_distributed_test.py --list           # names, and why a test is left out
+    python test/torch_suite/run_torch_suite.py                  # the CI selection (CPU)
+    python test/torch_suite/run_torch_suite.py --selection all  # every test (long)
+    python test/torch_suite/run_torch_suite.py --selection cuda # the CUDA selection (needs 2 GPUs)
+    python test/torch_suite/run_torch_suite.py --selection cuda --shard 1/3   # a third of it
+    python test/torch_suite/run_torch_suite.py -k test_all_gather_object_default_pg
+    BACKEND=gloo python test/torch_suite/run_torch_suite.py     # the same tests on gloo
+    python test/torch_suite/run_torch_suite.py --list           # names, and why a test is left out
 
 The last line is "N passed, N failed, N skipped"; --json FILE writes every test's outcome.
 
@@ -93,7 +93,7 @@ def select(which, pattern=None):
     chosen = {"ci": CI, "cuda": CUDA, "gloo-gated": list(GLOO_GATED)}[which]
     missing = sorted(set(chosen) - set(names))
     if missing:  # another torch release: its suite may have renamed or dropped a test
-        print(f"run_distributed_test: not in torch {torch.__version__}'s suite: {missing}", flush=True)
+        print(f"run_torch_suite: not in torch {torch.__version__}'s suite: {missing}", flush=True)
     return [n for n in chosen if n in names]
 
 
