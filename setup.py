@@ -7,6 +7,7 @@
 # (atom/cuda/{host,protocol}/*.cc, atom/cuda/device/*.cu, backend/cuda/*.cc,
 # built with -DPURLIN_WITH_CUDA) when torch has CUDA and nvcc is found.
 # PURLIN_CUDA_ARCHS="90" builds one architecture (quick device builds).
+# Installing also adds torch's `torch.backends` entry point (torch_purlin_autoload.py).
 import glob
 import os
 
@@ -72,6 +73,10 @@ setup(
     version="0.1.0",
     description="torch.distributed backend for scale-up GPU collectives (spec -> SNAC -> Atom)",
     packages=["torch_purlin"],
+    # torch's device-backend autoload hook: `import torch` registers "purlin" without loading the
+    # extension (NOTE [autoload] in torch_purlin_autoload.py; TORCH_PURLIN_AUTOLOAD=0 turns it off).
+    py_modules=["torch_purlin_autoload"],
+    entry_points={"torch.backends": ["purlin = torch_purlin_autoload:autoload"]},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",

@@ -5,7 +5,8 @@
     dist.init_process_group(backend="cpu:purlin,cuda:nccl")
 
 Importing this package registers the backend "purlin" for devices cpu and
-cuda. Collectives are Specs (input layout + output layout + operation), run by
+cuda; `torch_purlin.set_default()` (or TORCH_PURLIN_DEFAULT=cuda,cpu) makes it the
+backend torch picks when a program names none (NOTE [default backend map]). Collectives are Specs (input layout + output layout + operation), run by
 SNAC plans on an Atom (see docs/DESIGN.md); `torch_purlin.spec` lets users
 define and run their own.
 """
@@ -14,6 +15,7 @@ import torch.distributed as dist
 
 from . import _C
 from ._C import Chunk, OpKind, Placement, RedOp, Region, Spec, env_vars, make_plan, specs
+from .defaults import apply_env, default_devices, set_default, unset_default
 from .registration import counters, get_purlin_backend, register
 from .settings_group import group_with_settings
 from .spec import run_spec, interleaved_all_gather
@@ -22,7 +24,8 @@ from .symmetric import empty, last_launch, protocol_counts
 __all__ = [
     "Chunk", "OpKind", "Placement", "RedOp", "Region", "Spec", "specs", "make_plan", "env_vars",
     "counters", "get_purlin_backend", "run_spec", "interleaved_all_gather", "empty", "last_launch",
-    "protocol_counts", "group_with_settings",
+    "protocol_counts", "group_with_settings", "set_default", "unset_default", "default_devices",
 ]
 
 register()
+apply_env()  # TORCH_PURLIN_DEFAULT

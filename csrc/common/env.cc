@@ -98,6 +98,17 @@ const std::vector<Var>& registry() {
        "tensors, NCCL for CUDA tensors). 'all' forces every op."},
       {"TORCH_PURLIN_FORCE_NCCL", "",
        "Comma list of ops (or 'all') that always go to the NCCL fallback when their tensors are on CUDA."},
+      {"TORCH_PURLIN_DEFAULT", "",
+       "Comma list of device types (cuda, cpu) for which purlin becomes the backend torch.distributed picks when "
+       "a program names none (init_process_group() without a backend, init_device_mesh, torchtitan): read when "
+       "torch_purlin is imported and, where the package is installed, at `import torch` (NOTE [default backend "
+       "map] in torch_purlin/defaults.py). Same as torch_purlin.set_default(devices). Unset: torch's defaults "
+       "(gloo, nccl) stay."},
+      {"TORCH_PURLIN_AUTOLOAD", "1",
+       "1: where the package is installed, `import torch` registers \"purlin\" through torch's device-backend "
+       "autoload entry point (the extension itself is loaded at the first purlin group; NOTE [autoload] in "
+       "torch_purlin_autoload.py) and applies TORCH_PURLIN_DEFAULT. 0: the hook does nothing "
+       "(TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns off every such hook of torch)."},
       {"TORCH_PURLIN_LOG", "1", "0 silences the once-per-(op, reason) fallback log lines on stderr."},
       {"TORCH_PURLIN_CUDA_CHECK_CALLS", "0",
        "1: every native CUDA collective first compares its arguments (op, dtype, reduce op, root, sizes) with "
