@@ -36,6 +36,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "backend/host/abort_signal.h"
+#include "backend/host/group_context.h"
 #include "backend/host/request.h"
 
 namespace purlin::backend {
@@ -60,8 +61,9 @@ class CudaPath {
  public:
   // `abort`: the group's abort request (NOTE [shutdown and abort]), which ends the host-side
   // waits of the group's shared-memory exchanges and the device waits; it outlives the path.
+  // `ctx`: the group's settings (NOTE [group settings]), read when the CUDA group is set up.
   CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-           AbortSignal* abort);
+           AbortSignal* abort, std::shared_ptr<const GroupContext> ctx);
   ~CudaPath();
 
   // "" if `op` on `tensors` (some on CUDA) runs natively, else why not.
@@ -117,7 +119,8 @@ class CudaOpScope {
 #ifndef PURLIN_WITH_CUDA
 struct CudaPath::Impl {};
 struct CudaOpScope::State {};
-inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>, AbortSignal*) {}
+inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>, AbortSignal*,
+                          std::shared_ptr<const GroupContext>) {}
 inline CudaPath::~CudaPath() = default;
 inline std::string CudaPath::unavailable(const std::string&, const std::vector<at::Tensor>&) {
   return "the CUDA datapath is not available in this build";

@@ -43,8 +43,9 @@ class CudaGroup {
   // up (NOTE [setup agreement]); the store keys it used are then spent.
   // `abort`: the group's abort request, for the host-side exchanges' waits and (its word attached
   // while the group lives) the device waits (NOTE [shutdown and abort], [device abort]).
+  // `ctx`: the group's settings, agreed when the group was made (NOTE [group settings]).
   CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-            int device, AbortSignal* abort);
+            int device, AbortSignal* abort, std::shared_ptr<const GroupContext> ctx);
   ~CudaGroup();
 
   const std::string& unavailable() const { return unavailable_; }
@@ -145,6 +146,7 @@ class CudaGroup {
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   AbortSignal* abort_;
+  std::shared_ptr<const GroupContext> ctx_;  // NOTE [group settings]
   volatile uint32_t* abort_word_ = nullptr;  // attached to abort_ at the end of the constructor
   std::string unavailable_;
   std::shared_ptr<cu::SymmetricWorkspace> ws_;

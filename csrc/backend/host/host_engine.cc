@@ -19,8 +19,8 @@ constexpr size_t kMaxPlans = 256;
 }  // namespace
 
 HostEngine::HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv,
-                       const std::atomic<bool>* aborted)
-    : rank_(rank), world_(world), timeout_(timeout), rdv_(std::move(rdv)), aborted_(aborted) {}
+                       const std::atomic<bool>* aborted, std::shared_ptr<const GroupContext> ctx)
+    : rank_(rank), world_(world), timeout_(timeout), rdv_(std::move(rdv)), aborted_(aborted), ctx_(std::move(ctx)) {}
 
 HostEngine::~HostEngine() = default;
 
@@ -29,17 +29,19 @@ void HostEngine::set_timeout(std::chrono::milliseconds t) {
   if (atom_) atom_->set_timeout(t);
 }
 
-// The settings are read here, on the group's first collective, and checked
-// by every rank together (NOTE [setup agreement]) before the segments.
+// The group's settings (agreed when it was made, NOTE [group settings]) are
+// read here, on its first collective, and checked by every rank together
+// (NOTE [setup agreement]) before the segments.
 void HostEngine::ensure_atom(const char* op) {
   if (atom_) return;
   size_t ws = 0;
   std::string mine;
   try {
     constexpr const char* kTwoShot = "TORCH_PURLIN_CPU_TWO_SHOT_BYTES";  // NOTE [protocol table]: @W= items
-    two_shot_bytes_ = bytes_for_world(env::get(kTwoShot), world_, kTwoShot);
-    debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
-    ws = static_cast<size_t>(env::get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
+    const env::Settings& settings = ctx_->settings;
+    two_shot_bytes_ = bytes_for_world(settings.get(kTwoShot), world_, kTwoShot);
+    debug_ = settings.get_bool("TORCH_PURLIN_DEBUG");
+    ws = static_cast<size_t>(settings.get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
     if (ws < 4096) throw std::invalid_argument("TORCH_PURLIN_CPU_WORKSPACE_BYTES must be at least 4K");
   } catch (const std::exception& e) {
     mine = e.what();

@@ -12,6 +12,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "backend/host/group_context.h"
 #include "backend/host/request.h"
 #include "backend/host/shm_group.h"
 #include "snac/plan.h"
@@ -25,7 +26,9 @@ namespace purlin::backend {
 class HostEngine {
  public:
   // `aborted`: the group's abort flag (NOTE [shutdown and abort]); it outlives the engine.
-  HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, const std::atomic<bool>* aborted);
+  // `ctx`: the group's settings (NOTE [group settings]), read at the first collective.
+  HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, const std::atomic<bool>* aborted,
+             std::shared_ptr<const GroupContext> ctx);
   ~HostEngine();
 
   // Runs one collective; throws std::runtime_error naming op, rank and reason.
@@ -42,6 +45,7 @@ class HostEngine {
   std::chrono::milliseconds timeout_;
   Rendezvous rdv_;
   const std::atomic<bool>* aborted_;
+  std::shared_ptr<const GroupContext> ctx_;
   std::unique_ptr<atom::CpuAtom> atom_;
   uint64_t seq_ = 0;        // collectives started on this group (arrival value)
   uint64_t step_base_ = 0;  // NOTE [epochs]
