@@ -29,8 +29,9 @@ namespace purlin::backend {
 //   sends W-1 times as many.
 // Ops whose ranks legitimately pass different sizes (gather, scatter,
 // all_to_all with split sizes) never consult the NCCL rows, so the decision
-// is the same on every rank; the NCCL rows are agreed at group setup (rank
-// 0's win), the two-shot threshold is in the call signature. The defaults
+// is the same on every rank; both variables must be equal on every rank
+// (NOTE [settings across ranks] in common/env.h: compared when the group is
+// made), and the two-shot threshold is also in the call signature. The defaults
 // come from benchmarks/results on 2x H200 (cuda_h200x2_20261201q_large.md:
 // with matched waits all_gather and, pushing, reduce_scatter beat NCCL to 1G,
 // all_to_all to 256M; broadcast from 64M ties and keeps NCCL's few SMs;
