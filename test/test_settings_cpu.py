@@ -11,7 +11,10 @@ gloo's bare "Wait timeout".
 """
 import copy
 import os
+import pathlib
 import re
+import shutil
+import subprocess
 import time
 import unittest
 from datetime import timedelta
@@ -151,6 +154,24 @@ class SettingsTest(DistTestCase):
         with self.assertRaisesRegex(ValueError, r"TORCH_PURLIN_FORCE_NCCL is no longer read"):
             self.with_env("TORCH_PURLIN_FORCE_NCCL", "all_reduce", lambda: dist.new_group(backend="purlin"))
         self.check_all_reduce(None)
+
+
+def test_settings_registry_and_agreement_unit(tmp_path):
+    """test/cpp/test_settings.cc (no torch): values compared across ranks, a group's snapshot, the
+    agreement's verdicts with threads as ranks, the derived ranks per GPU."""
+    if not shutil.which("g++"):
+        raise unittest.SkipTest("g++ is required")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    exe = tmp_path / "test_settings"
+    srcs = ["csrc/common/env.cc", "csrc/backend/host/setup_agreement.cc",
+            "csrc/backend/host/shm_group.cc", "csrc/atom/cpu/cpu_atom.cc", "csrc/atom/cpu/shm_segment.cc",
+            "csrc/atom/cpu/reduce_cpu.cc", "csrc/atom/atom.cc", "csrc/common/types.cc", "test/cpp/test_settings.cc"]
+    cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-pthread", "-I", str(root / "csrc"),
+           *[str(root / s) for s in srcs if s.endswith(".cc")], "-lrt", "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr[-4000:]}"
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip().endswith("0 failed"), r.stdout + r.stderr
 
 
 if __name__ == "__main__":

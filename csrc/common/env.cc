@@ -23,8 +23,8 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_FORCE_FALLBACK", "", A::User, X::Equal, K::List,
        "Comma list of ops always served by the fallback backend (gloo for CPU tensors, NCCL for CUDA tensors): "
        "an op name (all_reduce, all_gather_into_tensor, ...) for tensors on any device, cpu:op or cuda:op for one "
-       "device's tensors only, all (or cpu:all, cuda:all) for every op. Replaces TORCH_PURLIN_FORCE_NCCL=ops "
-       "(now cuda:ops). Equal on every rank."},
+       "device's tensors only, all (or cpu:all, cuda:all) for every op. CPU ops on dtypes gloo does not take "
+       "(int16, complex) stay native. Replaces TORCH_PURLIN_FORCE_NCCL=ops (now cuda:ops). Equal on every rank."},
       {"TORCH_PURLIN_LOG", "1", A::User, X::Local, K::Bool,
        "0 silences the once-per-(op, reason) fallback log lines and the other notices on stderr."},
       {"TORCH_PURLIN_CPU_WORKSPACE_BYTES", "32M", A::User, X::Equal, K::Bytes,
