@@ -308,8 +308,7 @@ class ForcedFallbackTest(DistTestCase):
 
     @spawned
     def test_forced_fallback_is_counted_and_correct(self):
-        os.environ["TORCH_PURLIN_FORCE_FALLBACK"] = "broadcast"
-        os.environ["TORCH_PURLIN_FORCE_NCCL"] = "all_reduce"  # CUDA tensors only
+        os.environ["TORCH_PURLIN_FORCE_FALLBACK"] = "broadcast,cuda:all_reduce"  # all_reduce: CUDA tensors only
         g = dist.new_group(backend="purlin")
         x = torch.arange(8, dtype=torch.float32) if self.rank == 0 else torch.zeros(8)
         dist.broadcast(x, 0, group=g)
@@ -319,7 +318,7 @@ class ForcedFallbackTest(DistTestCase):
         c = torch_purlin.counters(g)
         self.assertEqual(c["broadcast"], (0, 1))
         self.assertEqual(c["all_reduce"], (1, 0))
-        del os.environ["TORCH_PURLIN_FORCE_FALLBACK"], os.environ["TORCH_PURLIN_FORCE_NCCL"]
+        del os.environ["TORCH_PURLIN_FORCE_FALLBACK"]
 
 
 class KilledRankTest(DistTestCase):

@@ -95,8 +95,9 @@ class TestBadInput(DistTestCase):
         self.expect_error(lambda: dist.all_reduce(i, op=dist.ReduceOp.AVG),
                           r"all_?reduce", r"\bavg\b", r"int32")
 
-    # A setting that one rank cannot use (NOTE [setup agreement]): every rank fails at the group's first
-    # collective, at once, naming that rank and the setting; the other groups keep working.
+    # A setting that one rank cannot use (NOTE [setup agreement]): every rank fails as the group is made,
+    # at once, naming that rank and the setting; the other groups keep working. The same malformed
+    # value on every rank: each fails alike.
 
     @spawned
     def test_bad_setting_on_one_rank(self):
@@ -106,30 +107,31 @@ class TestBadInput(DistTestCase):
     def test_bad_two_shot_list_on_one_rank(self):
         self.bad_setting_case("TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K,@two=1M", shown="@two=1m")
 
-    def bad_setting_case(self, var, value, shown=None):
+    @spawned
+    def test_bad_forced_fallback_item_on_every_rank(self):
+        self.bad_setting_case("TORCH_PURLIN_FORCE_FALLBACK", "cpu:all_reduse", ranks=(0, 1))
+
+    def bad_setting_case(self, var, value, shown=None, ranks=(1,)):
         import os
-        self.check_group_works()  # the default group is set up before the setting goes bad
-        group = dist.new_group(backend="purlin")  # set up on its first collective, below
+        self.check_group_works()
         saved = os.environ.get(var)
-        if self.rank == 1:
+        if self.rank in ranks:
             os.environ[var] = value
-        t = torch.ones(1025)
         start = time.monotonic()
         try:
             with self.assertRaises(RuntimeError) as first:
-                dist.all_reduce(t, group=group)
+                dist.new_group(backend="purlin")  # the settings are read and agreed as it is made
         finally:
             if saved is None:
                 os.environ.pop(var, None)
             else:
                 os.environ[var] = saved
-        # The group stays failed with the same reason and never waits again; the default group works.
-        self.expect_error(lambda: dist.all_reduce(t, group=group), r"all_?reduce", r"unusable",
-                          r"rank 1 could not set up", var)
         self.assertLess(time.monotonic() - start, 10.0, "a bad setting must fail every rank at once, not by timeout")
-        for pattern in (r"all_?reduce", rf"rank {self.rank}\b", r"rank 1 could not set up", var,
-                        re.escape(shown or value)):
-            self.assertRegex(str(first.exception), pattern)
+        for r in ranks:
+            for pattern in (r"making the group", rf"rank {self.rank}\b", rf"rank {r} could not set up", var,
+                            re.escape(shown or value)):
+                self.assertRegex(str(first.exception), pattern)
+        self.check_group_works()
 
 
 @unittest.skipIf(BACKEND != "purlin", SKIP_REASON)

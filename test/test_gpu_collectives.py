@@ -547,10 +547,10 @@ def _worker(rank, world, init_file, log_path):
     R.family = "setup_agreement"
 
     def setup_agreement_case(var, value):
-        bad = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT)  # CUDA setup on its first CUDA op, below
-        saved = os.environ.get(var)
-        if rank == W - 1:
-            os.environ[var] = value
+        # The last rank's group is made with the malformed value (NOTE [group settings]); its CUDA setup, on
+        # its first CUDA op below, fails on every rank.
+        opts = torch_purlin.Options({var: value}) if rank == W - 1 else None
+        bad = dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT, pg_options=opts)
         t = torch.ones(1000, device=dev)
         start = time.monotonic()
         try:
@@ -559,11 +559,6 @@ def _worker(rank, world, init_file, log_path):
             first = str(e)
         else:
             raise AssertionError("no error from a group whose last rank has a malformed " + var)
-        finally:
-            if saved is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = saved
         took = time.monotonic() - start
         assert took < 10.0, f"a bad setting must fail every rank at once, not by the store timeout ({took:.1f} s)"
         for pattern in (r"all_?reduce", rf"on rank {rank}\b", rf"rank {W - 1} could not set up", var, re.escape(value)):
@@ -582,6 +577,28 @@ def _worker(rank, world, init_file, log_path):
     R.check("malformed setting on the last rank", setup_agreement_case, "TORCH_PURLIN_CUDA_LINE_FORMAT", "bogus")
     R.check("malformed pool placement on the last rank", setup_agreement_case, "TORCH_PURLIN_CUDA_POOL_PLACEMENT",
             "bogus")
+
+    def equal_setting_case(var, value):
+        # NOTE [settings across ranks]: a setting every rank must share, different on the last rank,
+        # raises on every rank as the group is made, naming it and the values.
+        opts = torch_purlin.Options({var: value}) if rank == W - 1 else None
+        start = time.monotonic()
+        try:
+            dist.new_group(backend="purlin", timeout=PURLIN_TIMEOUT, pg_options=opts)
+        except RuntimeError as e:
+            msg = str(e)
+        else:
+            raise AssertionError(f"a group whose last rank has another {var} was made")
+        assert time.monotonic() - start < 10.0, msg
+        for pattern in (rf"on rank {rank}\b", var, "must be equal on every rank", rf"rank {W - 1} '{re.escape(value)}'"):
+            assert re.search(pattern, msg), (pattern, msg)
+        x = torch.ones(4, device=dev)
+        dist.all_reduce(x, group=pg)  # other groups still work
+        assert torch.all(x == W)
+
+    R.check("NCCL rows differing on the last rank", equal_setting_case, "TORCH_PURLIN_CUDA_NCCL_FROM", "none")
+    R.check("two-shot threshold differing on the last rank", equal_setting_case, "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES",
+            "1M")
 
     # -- counters: every native op above ran natively ---------------------------------------------------
     R.family = "counters"

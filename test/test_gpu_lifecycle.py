@@ -369,7 +369,7 @@ if sys.argv[1] == "bare":  # the control: a ProcessGroupNCCL dropped without shu
     sys.exit(0)
 dist.init_process_group("purlin", store=store, rank=0, world_size=1, timeout=timedelta(seconds=60))
 t = torch.arange(1000, dtype=torch.float32, device="cuda")
-dist.all_reduce(t)  # TORCH_PURLIN_FORCE_NCCL=all_reduce: the group's NCCL fallback runs it
+dist.all_reduce(t)  # TORCH_PURLIN_FORCE_FALLBACK=cuda:all_reduce: the group's NCCL fallback runs it
 assert torch.equal(t.cpu(), torch.arange(1000, dtype=torch.float32))
 assert torch_purlin.counters()["all_reduce"] == (0, 1), torch_purlin.counters()
 world = dist.group.WORLD
@@ -390,7 +390,7 @@ print("END", flush=True)
 
 
 def run_one_rank(mode):
-    env = dict(os.environ, TORCH_PURLIN_FORCE_NCCL="all_reduce", TORCH_NCCL_ASYNC_ERROR_HANDLING="0")
+    env = dict(os.environ, TORCH_PURLIN_FORCE_FALLBACK="cuda:all_reduce", TORCH_NCCL_ASYNC_ERROR_HANDLING="0")
     env.pop("TORCH_PURLIN_CUDA_SHARE_GPU", None)  # one rank: nothing is shared
     here = os.path.dirname(os.path.abspath(__file__))
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), env.get("PYTHONPATH", "")])

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from . import _C
 from ._C import Chunk, OpKind, Placement, RedOp, Region, Spec, env_vars, make_plan, specs
 from .defaults import apply_env, default_devices, set_default, unset_default
-from .registration import counters, get_purlin_backend, register
+from .registration import Options, counters, get_purlin_backend, register
 from .settings_group import group_with_settings
 from .spec import run_spec, interleaved_all_gather
 from .symmetric import empty, last_launch, protocol_counts
@@ -24,7 +24,7 @@ from .symmetric import empty, last_launch, protocol_counts
 __all__ = [
     "Chunk", "OpKind", "Placement", "RedOp", "Region", "Spec", "specs", "make_plan", "env_vars",
     "counters", "get_purlin_backend", "run_spec", "interleaved_all_gather", "empty", "last_launch",
-    "protocol_counts", "group_with_settings", "set_default", "unset_default", "default_devices",
+    "protocol_counts", "group_with_settings", "Options", "set_default", "unset_default", "default_devices",
 ]
 
 register()

@@ -1,10 +1,23 @@
-"""Registers "purlin" with torch.distributed and builds its fallbacks.
+"""Registers "purlin" with torch.distributed, builds its fallbacks, and takes per-group settings.
 
 The C++ backend (torch_purlin._C.PurlinBackend) serves native ops; everything
 else goes to a fallback backend created lazily, on first need, on a prefixed
 store: gloo (pairs connected lazily, so point-to-point between two ranks needs
 no other rank) for CPU tensors, torch's own ProcessGroupNCCL for CUDA tensors.
+
+A group's TORCH_PURLIN_* settings (NOTE [group settings] in csrc/common/env.h)
+may be given per group through torch's pg_options:
+
+    opts = torch_purlin.Options(settings={"TORCH_PURLIN_CPU_WORKSPACE_BYTES": "1M"})
+    g = dist.new_group(ranks, backend="purlin", pg_options=opts)
+    dist.init_process_group("purlin", pg_options=opts)       # the default group too
+
+torch hands pg_options to the backend's creator (_create below, as backend_opts);
+dist.split_group passes a copy of the parent's options, settings included, when
+given none. Names outside the registry (torch_purlin.env_vars()) raise ValueError.
 """
+import os
+
 import torch.distributed as dist
 
 from . import _C
@@ -28,13 +41,30 @@ def _make_fallback(store, rank, size, timeout, device_type):
     return dist.ProcessGroupNCCL(prefix, rank, size, opts)
 
 
+def Options(settings=None, timeout=None):
+    """pg_options for a purlin group: its own TORCH_PURLIN_* `settings` (name -> value; values of any
+    type are passed as text) over the environment's. `timeout` is only what dist.split_group copies
+    to the groups it makes (torch passes the group's own timeout separately)."""
+    settings = {str(k): str(v) for k, v in (settings or {}).items()}
+    return _C.PurlinBackend.Options(timeout if timeout is not None else dist.default_pg_timeout, settings)
+
+
+def _host_ranks(group_size):
+    """The job's ranks on this host (NOTE [shared GPU]): torchrun's LOCAL_WORLD_SIZE, else the
+    default group's size (purlin serves one host), else this group's (it is the default one)."""
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if local.isdigit() and int(local) > 0:
+        return int(local)
+    return dist.get_world_size() if dist.is_initialized() else group_size
+
+
 def _create(dist_opts, backend_opts):
-    # This process's rank in the default group, which the group's health messages name (NOTE [group
-    # health]): torch lists a new group's global ranks; the default group's list is empty.
-    ranks = list(getattr(dist_opts, "global_ranks_in_group", None) or [])
-    global_rank = ranks[dist_opts.group_rank] if dist_opts.group_rank < len(ranks) else dist_opts.group_rank
+    settings = dict(backend_opts.settings) if isinstance(backend_opts, _C.PurlinBackend.Options) else {}
     return _C.PurlinBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
-                            _make_fallback, global_rank)
+                            _make_fallback, settings=settings,
+                            # the group's global ranks, which messages and the group's health name
+                            global_ranks=list(dist_opts.global_ranks_in_group or []),
+                            host_ranks=_host_ranks(dist_opts.group_size))
 
 
 def register():

@@ -3,133 +3,161 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <stdexcept>
+
+extern char** environ;
 
 namespace purlin::env {
 
 const std::vector<Var>& registry() {
+  using A = Audience;
+  using X = Across;
+  using K = Kind;
   static const std::vector<Var> vars = {
-      {"TORCH_PURLIN_CPU_WORKSPACE_BYTES", "32M",
-       "Shared-memory workspace per rank for CPU tensors (two pipelining slots). Larger tensors are pipelined in "
-       "rounds."},
-      {"TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K",
-       "CPU all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a byte "
-       "count, optionally followed by @W=bytes items for groups of W ranks (as TORCH_PURLIN_CUDA_TWO_SHOT_BYTES)."},
-      {"TORCH_PURLIN_CUDA_WORKSPACE_BYTES", "64M",
-       "CUDA-IPC workspace per rank and group for CUDA tensors (two pipelining slots; at least 64K; the group uses "
-       "the smallest value any rank asks for). Larger tensors are pipelined in rounds."},
-      {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M,@2=4G",
-       "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a "
-       "byte count, optionally followed by @W=bytes items for groups of W ranks (NOTE [protocol table] in "
-       "csrc/backend/host/protocol_table.h). Default: from 8M, at W = 2 from 4G (in effect never): there one-shot "
-       "sends the same link bytes as two-shot and, pushed, measured faster at 64M-1G on 2x H200 (64M 235 us vs "
-       "266 two-shot)."},
-      {"TORCH_PURLIN_CUDA_LINE_BYTES", "1M",
-       "CUDA collectives of at most this many bytes per rank run on flagged lines (NOTE [flagged lines] in "
-       "csrc/atom/cuda/device/flagged_line.cuh): data and notification in one NVLink store, no flag round trip. "
-       "0 disables them; the group uses the smallest value any rank asks for (and sizes its line region, "
-       "4 x world x this, by it)."},
-      {"TORCH_PURLIN_CUDA_LINE_FORMAT", "auto",
-       "Format of the flagged lines. narrow: 16-byte lines of 8 payload bytes (twice the NVLink bytes; relies on "
-       "8-byte units only). wide: 128-byte lines of 120 payload bytes wherever a plan allows (NOTE [wide lines] in "
-       "csrc/atom/cuda/device/wide_line.cuh; relies on a warp's 128-byte store reaching a peer as a unit, as NCCL's "
-       "LL128 does). auto: wide lines where they measured faster on 2x H200 (reductions and broadcasts above "
-       "256K per rank, all_gather and all_to_all above 512K) if the GPUs are of one architecture among sm_80, sm_90 and sm_100 and NVML reports NVLink "
-       "between every pair (else narrow lines only, logged once), narrow ones elsewhere. Strided destinations always take narrow lines. The group uses "
-       "narrow unless every rank asks for the same format (wide and auto add a wide-line region, "
-       "2 x world x TORCH_PURLIN_CUDA_LINE_BYTES x 128/120)."},
-      {"TORCH_PURLIN_CUDA_PARITY_BYTES", "16M",
-       "CUDA collectives larger than TORCH_PURLIN_CUDA_LINE_BYTES and of at most this many bytes per rank run as "
-       "parity plans (NOTE [parity plans] in csrc/atom/cuda/device/plan_kernel.cuh): pushed into one of two alternating "
-       "halves of a region, so a collective does not wait for the previous one to end (on 2x H200 1.1-1.3x "
-       "faster at 2M-16M than workspace plans). 0 disables them; the group uses the smallest value any rank asks "
-       "for (and sizes its parity region, 2 x world x this, by it)."},
-      {"TORCH_PURLIN_CUDA_PDL", "1",
-       "1: on sm_90 and newer GPUs, CUDA collectives are launched with programmatic dependent launch (NOTE "
-       "[overlapped launch] in csrc/atom/cuda/device/launch_typed.cuh): a collective's blocks are scheduled while the "
-       "previous kernel of the stream ends and wait for it before touching memory, which hides the launch gap "
-       "between back-to-back collectives. 0: plain launches. A rank's own choice (ranks may differ)."},
-      {"TORCH_PURLIN_CUDA_CE_BYTES", "0",
-       "Pure-copy collectives (all_gather, broadcast, all_to_all, gather, scatter) whose Spec moves at least this "
-       "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "
-       "2x H200 it was 0.6-0.9x the SM kernel when staging (docs/PERFORMANCE.md, session 2), so it is worth it "
-       "only to keep SMs for overlapped compute. Pool tensors (torch_purlin.empty) are pulled straight from the "
-       "peers' inputs (NOTE [copy-engine zero-copy] in csrc/atom/cuda/host/ce_atom.h; not yet timed). Every "
-       "copy-engine call is checked with every rank on the host first (NOTE [copy-engine call check])."},
-      {"TORCH_PURLIN_CUDA_BLOCKS", "0",
-       "Blocks per CUDA collective launch (0: by message size from the architecture's table, "
-       "csrc/atom/cuda/launch_config*.cu; N: always N, max 128; the group uses the smallest value any rank asks "
-       "for)."},
-      {"TORCH_PURLIN_CUDA_POOL_BYTES", "4G",
-       "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
-       "every peer maps; collectives read inputs from it in place). Read when the group is created, allocated on "
-       "first use."},
-      {"TORCH_PURLIN_CUDA_POOL_PLACEMENT", "agreed",
-       "How the symmetric pool places a block at the same offset on every rank. agreed: every allocation "
-       "exchanges proposals with every rank (NOTE [pool agreement] in csrc/atom/cuda/host/symmetric_pool.h; tolerates "
-       "ranks that free in different orders; each allocation waits for the slowest rank's host). local: each rank "
-       "places alone by a rule that depends only on the order of allocations and frees (NOTE [local placement]); "
-       "ranks that allocate or free in different orders get collectives that fail with a call-tag error, never "
-       "wrong data. local only if every rank asks."},
-      {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_reduce@2=256M,all_to_all=1G,broadcast=64M",
-       "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/host/protocol_table.h): family=bytes items "
-       "(family@W=bytes: a row for groups of W ranks only, replacing the family's row there); a "
-       "CUDA collective of that family (all_reduce also names all_reduce_coalesced, all_gather names "
-       "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "
-       "that many bytes goes to NCCL, which measured faster there on 2x H200 (benchmarks/results; at W = 2 "
-       "one-shot all_reduce beats NCCL to 256M, elsewhere all_reduce is measured at W = 2 only). 'none' "
-       "keeps every size native. Every rank must use the same value."},
-      {"TORCH_PURLIN_CUDA_SHARE_GPU", "0",
-       "1 on every rank: ranks of a group may share a GPU (NOTE [shared GPU] in "
-       "csrc/atom/cuda/host/symmetric_workspace.h): their CUDA tensors run on purlin's datapath with at most half an equal "
-       "share of the SMs per launch, narrow flagged lines where the format is auto, the protocol table's NCCL rows ignored, and ops that need NCCL fail there (NCCL refuses "
-       "several ranks on one GPU). Run such processes under CUDA MPS, else the GPU time-slices them and every "
-       "collective waits a time slice. 0: a group whose ranks share a GPU sends its CUDA tensors to NCCL."},
-      {"TORCH_PURLIN_CUDA_SHARE_GPU_RANKS", "0",
-       "With TORCH_PURLIN_CUDA_SHARE_GPU=1: how many ranks of the job share each GPU, for the SMs a launch "
-       "plans with (half of an equal share; NOTE [shared GPU]). 0: the group's own ranks on the GPU, which is "
-       "too many SMs where groups of other ranks run at the same time on the same GPU (subgroups, a "
-       "DeviceMesh's dimensions): their spinning blocks can keep a peer's blocks from ever becoming "
-       "resident. tools/device_session.sh sets it to the ranks per GPU."},
-      {"TORCH_PURLIN_FORCE_FALLBACK", "",
-       "Comma list of ops (e.g. all_reduce,broadcast) always served by the fallback backend (gloo for CPU "
-       "tensors, NCCL for CUDA tensors). 'all' forces every op."},
-      {"TORCH_PURLIN_FORCE_NCCL", "",
-       "Comma list of ops (or 'all') that always go to the NCCL fallback when their tensors are on CUDA."},
-      {"TORCH_PURLIN_DEFAULT", "",
+      // ---- user-facing (README) -------------------------------------------------------------
+      {"TORCH_PURLIN_FORCE_FALLBACK", "", A::User, X::Equal, K::List,
+       "Comma list of ops always served by the fallback backend (gloo for CPU tensors, NCCL for CUDA tensors): "
+       "an op name (all_reduce, all_gather_into_tensor, ...) for tensors on any device, cpu:op or cuda:op for one "
+       "device's tensors only, all (or cpu:all, cuda:all) for every op. CPU ops on dtypes gloo does not take "
+       "(int16, complex) stay native. Replaces TORCH_PURLIN_FORCE_NCCL=ops (now cuda:ops). Equal on every rank."},
+      {"TORCH_PURLIN_DEFAULT", "", A::User, X::Local, K::List,
        "Comma list of device types (cuda, cpu) for which purlin becomes the backend torch.distributed picks when "
        "a program names none (init_process_group() without a backend, init_device_mesh, torchtitan): read when "
        "torch_purlin is imported and, where the package is installed, at `import torch` (NOTE [default backend "
        "map] in torch_purlin/defaults.py). Same as torch_purlin.set_default(devices). Unset: torch's defaults "
        "(gloo, nccl) stay."},
-      {"TORCH_PURLIN_AUTOLOAD", "1",
+      {"TORCH_PURLIN_AUTOLOAD", "1", A::User, X::Local, K::Bool,
        "1: where the package is installed, `import torch` registers \"purlin\" through torch's device-backend "
        "autoload entry point (the extension itself is loaded at the first purlin group; NOTE [autoload] in "
        "torch_purlin_autoload.py) and applies TORCH_PURLIN_DEFAULT. 0: the hook does nothing "
        "(TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns off every such hook of torch)."},
-      {"TORCH_PURLIN_LOG", "1", "0 silences the once-per-(op, reason) fallback log lines on stderr."},
-      {"TORCH_PURLIN_CUDA_CHECK_CALLS", "0",
+      {"TORCH_PURLIN_LOG", "1", A::User, X::Local, K::Bool,
+       "0 silences the once-per-(op, reason) fallback log lines and the other notices on stderr."},
+      {"TORCH_PURLIN_CPU_WORKSPACE_BYTES", "32M", A::User, X::Equal, K::Bytes,
+       "Shared-memory workspace per rank for CPU tensors (two pipelining slots; at least 4K). Larger tensors are "
+       "pipelined in rounds. Equal on every rank (each maps the others' workspaces)."},
+      {"TORCH_PURLIN_CUDA_WORKSPACE_BYTES", "64M", A::User, X::Combined, K::Bytes,
+       "CUDA-IPC workspace per rank and group for CUDA tensors (two pipelining slots; at least 64K). Larger tensors "
+       "are pipelined in rounds. Ranks may differ: the group uses the smallest value any rank asks for."},
+      {"TORCH_PURLIN_CUDA_POOL_BYTES", "4G", A::User, X::Equal, K::Bytes,
+       "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
+       "every peer maps; collectives read inputs from it in place), allocated on first use. Equal on every rank "
+       "(a block sits at the same offset of every rank's pool)."},
+      {"TORCH_PURLIN_CUDA_SHARE_GPU", "0", A::User, X::Equal, K::Bool,
+       "1: ranks of a group may share a GPU (NOTE [shared GPU] in csrc/atom/cuda/host/symmetric_workspace.h): "
+       "their CUDA tensors run on purlin's datapath with at most half an equal share of the SMs per launch (the "
+       "ranks per GPU are derived: the job's ranks on the host over its GPUs, or the group's own where more), "
+       "narrow flagged lines where the format is auto, the protocol table's NCCL rows ignored, and ops that need "
+       "NCCL fail there (NCCL refuses several ranks on one GPU). Run such processes under CUDA MPS, else the GPU "
+       "time-slices them and every collective waits a time slice. 0: a group whose ranks share a GPU sends its "
+       "CUDA tensors to NCCL. Equal on every rank."},
+      {"TORCH_PURLIN_CUDA_CHECK_CALLS", "0", A::User, X::Combined, K::Bool,
        "1: every native CUDA collective first compares its arguments (op, dtype, reduce op, root, sizes) with "
        "every rank's on the host, through shared memory, and raises naming the rank and what differs before "
        "anything is launched; the group stays usable. A debugging aid: each call then waits on the host for every "
        "rank's same call (microseconds when they are in step). Without it the GPU's call tags catch "
        "mismatched calls that run the same protocol (NOTE [call tags]), while calls whose sizes put ranks on "
-       "different protocols end in the group's timeout. On only if every rank sets it (else logged once)."},
-      {"TORCH_PURLIN_DEBUG", "0", "1 prints every new SNAC plan to stderr."},
+       "different protocols end in the group's timeout. Ranks may differ: on only if every rank sets it (else "
+       "logged once)."},
+      // ---- tuning and debugging (docs/TUNING.md) ---------------------------------------------
+      {"TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K", A::Tuning, X::Equal, K::BytesList,
+       "CPU all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a byte "
+       "count, optionally followed by @W=bytes items for groups of W ranks (as TORCH_PURLIN_CUDA_TWO_SHOT_BYTES). "
+       "Equal on every rank (ranks on different protocols corrupt the result)."},
+      {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M,@2=4G", A::Tuning, X::Equal, K::BytesList,
+       "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a "
+       "byte count, optionally followed by @W=bytes items for groups of W ranks (NOTE [protocol table] in "
+       "csrc/backend/host/protocol_table.h). Default: from 8M, at W = 2 from 4G (in effect never): there one-shot "
+       "sends the same link bytes as two-shot and, pushed, measured faster at 64M-1G on 2x H200 (64M 235 us vs "
+       "266 two-shot). Equal on every rank."},
+      {"TORCH_PURLIN_CUDA_LINE_BYTES", "1M", A::Tuning, X::Combined, K::Bytes,
+       "CUDA collectives of at most this many bytes per rank run on flagged lines (NOTE [flagged lines] in "
+       "csrc/atom/cuda/device/flagged_line.cuh): data and notification in one NVLink store, no flag round trip. "
+       "0 disables them. Ranks may differ: the group uses the smallest value any rank asks for (and sizes its "
+       "line region, 4 x world x this, by it)."},
+      {"TORCH_PURLIN_CUDA_LINE_FORMAT", "auto", A::Tuning, X::Combined, K::Text,
+       "Format of the flagged lines. narrow: 16-byte lines of 8 payload bytes (twice the NVLink bytes; relies on "
+       "8-byte units only). wide: 128-byte lines of 120 payload bytes wherever a plan allows (NOTE [wide lines] in "
+       "csrc/atom/cuda/device/wide_line.cuh; relies on a warp's 128-byte store reaching a peer as a unit, as NCCL's "
+       "LL128 does). auto: wide lines where they measured faster on 2x H200 (reductions and broadcasts above "
+       "256K per rank, all_gather and all_to_all above 512K) if the GPUs are of one architecture among sm_80, "
+       "sm_90 and sm_100 and NVML reports NVLink between every pair (else narrow lines only, logged once), narrow "
+       "ones elsewhere. Strided destinations always take narrow lines. Ranks may differ: the group uses narrow "
+       "unless every rank asks for the same format (wide and auto add a wide-line region, "
+       "2 x world x TORCH_PURLIN_CUDA_LINE_BYTES x 128/120)."},
+      {"TORCH_PURLIN_CUDA_PARITY_BYTES", "16M", A::Tuning, X::Combined, K::Bytes,
+       "CUDA collectives larger than TORCH_PURLIN_CUDA_LINE_BYTES and of at most this many bytes per rank run as "
+       "parity plans (NOTE [parity plans] in csrc/atom/cuda/device/plan_kernel.cuh): pushed into one of two "
+       "alternating halves of a region, so a collective does not wait for the previous one to end (on 2x H200 "
+       "1.1-1.3x faster at 2M-16M than workspace plans). 0 disables them. Ranks may differ: the group uses the "
+       "smallest value any rank asks for (and sizes its parity region, 2 x world x this, by it)."},
+      {"TORCH_PURLIN_CUDA_PDL", "1", A::Tuning, X::Local, K::Bool,
+       "1: on sm_90 and newer GPUs, CUDA collectives are launched with programmatic dependent launch (NOTE "
+       "[overlapped launch] in csrc/atom/cuda/device/launch_typed.cuh): a collective's blocks are scheduled while "
+       "the previous kernel of the stream ends and wait for it before touching memory, which hides the launch gap "
+       "between back-to-back collectives. 0: plain launches. A rank's own choice (ranks may differ)."},
+      {"TORCH_PURLIN_CUDA_CE_BYTES", "0", A::Tuning, X::Combined, K::Bytes,
+       "Pure-copy collectives (all_gather, broadcast, all_to_all, gather, scatter) whose Spec moves at least this "
+       "many bytes run on the copy-engine Atom (no SMs) outside CUDA-graph capture; 0 (default) disables it: on "
+       "2x H200 it was 0.6-0.9x the SM kernel when staging (docs/PERFORMANCE.md), so it is worth it only to keep "
+       "SMs for overlapped compute. Pool tensors (torch_purlin.empty) are pulled straight from the peers' inputs "
+       "(NOTE [copy-engine zero-copy] in csrc/atom/cuda/host/ce_atom.h; not yet timed). Every copy-engine call is "
+       "checked with every rank on the host first (NOTE [copy-engine call check]). Ranks may differ: on only if "
+       "every rank can use it and asks for it, from the largest value any rank asks for."},
+      {"TORCH_PURLIN_CUDA_BLOCKS", "0", A::Tuning, X::Combined, K::Int,
+       "Blocks per CUDA collective launch (0: by message size from the architecture's table, "
+       "csrc/atom/cuda/protocol/launch_config*.cc; N: always N, max 128). Ranks may differ: the group uses the smallest "
+       "value any rank asks for."},
+      {"TORCH_PURLIN_CUDA_POOL_PLACEMENT", "agreed", A::Tuning, X::Combined, K::Text,
+       "How the symmetric pool places a block at the same offset on every rank. agreed: every allocation "
+       "exchanges proposals with every rank (NOTE [pool agreement] in csrc/atom/cuda/host/symmetric_pool.h; "
+       "tolerates ranks that free in different orders; each allocation waits for the slowest rank's host). local: "
+       "each rank places alone by a rule that depends only on the order of allocations and frees (NOTE [local "
+       "placement]); ranks that allocate or free in different orders get collectives that fail with a call-tag "
+       "error, never wrong data. Ranks may differ: local only if every rank asks (else logged once)."},
+      {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_reduce@2=256M,all_to_all=1G,broadcast=64M", A::Tuning,
+       X::Equal, K::BytesList,
+       "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/host/protocol_table.h): "
+       "family=bytes items (family@W=bytes: a row for groups of W ranks only, replacing the family's row there); a "
+       "CUDA collective of that family (all_reduce also names all_reduce_coalesced, all_gather names "
+       "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "
+       "that many bytes goes to NCCL, which measured faster there on 2x H200 (benchmarks/results; at W = 2 "
+       "one-shot all_reduce beats NCCL to 256M, elsewhere all_reduce is measured at W = 2 only). 'none' "
+       "keeps every size native. Equal on every rank (ranks would route one call to different backends)."},
+      {"TORCH_PURLIN_DEBUG", "0", A::Tuning, X::Local, K::Bool, "1 prints every new SNAC plan to stderr."},
+  };
+  return vars;
+}
+
+const Var* find(const std::string& name) {
+  for (const Var& v : registry())
+    if (name == v.name) return &v;
+  return nullptr;
+}
+
+const std::vector<Retired>& retired() {
+  static const std::vector<Retired> vars = {
+      {"TORCH_PURLIN_FORCE_NCCL", "TORCH_PURLIN_FORCE_FALLBACK=cuda:<op>,... (it was folded into that variable)",
+       true},
+      {"TORCH_PURLIN_CUDA_SHARE_GPU_RANKS",
+       "nothing: the ranks per GPU are derived (NOTE [shared GPU]); the variable is ignored", false},
+      {"TORCH_PURLIN_CUDA_PUSH", "nothing: collectives always push (NOTE [push]); the variable is ignored", false},
+      {"TORCH_PURLIN_CUDA_MATCHED_WAITS",
+       "nothing: plan-kernel waits are always matched (NOTE [matched waits]); the variable is ignored", false},
   };
   return vars;
 }
 
 std::string get(const char* name) {
-  for (const Var& v : registry()) {
-    if (std::strcmp(v.name, name) == 0) {
-      const char* s = std::getenv(name);
-      return s ? std::string(s) : std::string(v.default_value);
-    }
-  }
-  throw std::invalid_argument(std::string("purlin: environment variable not in the registry: ") + name);
+  const Var* v = find(name);
+  if (!v) throw std::invalid_argument(std::string("purlin: environment variable not in the registry: ") + name);
+  const char* s = std::getenv(name);
+  return s ? std::string(s) : std::string(v->default_value);
 }
 
 int64_t parse_bytes(const std::string& s, const std::string& what) {
@@ -147,22 +175,38 @@ int64_t parse_bytes(const std::string& s, const std::string& what) {
   return static_cast<int64_t>(v * static_cast<double>(mult));
 }
 
-int64_t get_bytes(const char* name) { return parse_bytes(get(name), name); }
+namespace {
 
-bool get_bool(const char* name) {
-  std::string s = get(name);
+bool bool_of(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s == "1" || s == "true" || s == "yes" || s == "on";
 }
 
-int get_int(const char* name) {
-  const std::string v = get(name);
+int int_of(const std::string& v, const char* name) {
   try {
-    return std::stoi(v);
+    size_t used = 0;
+    const int i = std::stoi(v, &used);
+    if (v.find_first_not_of(" \t", used) == std::string::npos) return i;
   } catch (const std::exception&) {
-    throw std::invalid_argument(std::string(name) + ": not a number: '" + v + "'");
   }
+  throw std::invalid_argument(std::string(name) + ": not a number: '" + v + "'");
 }
+
+// Logs `line` to stderr once per process (TORCH_PURLIN_LOG permitting).
+void log_once(const std::string& line, bool log) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> g(mu);
+  if (log && said.insert(line).second) std::fprintf(stderr, "[purlin] %s (logged once)\n", line.c_str());
+}
+
+}  // namespace
+
+int64_t get_bytes(const char* name) { return parse_bytes(get(name), name); }
+
+bool get_bool(const char* name) { return bool_of(get(name)); }
+
+int get_int(const char* name) { return int_of(get(name), name); }
 
 std::vector<std::string> get_list(const char* name) { return split_list(get(name)); }
 
@@ -178,6 +222,111 @@ std::vector<std::string> split_list(const std::string& s) {
     }
   }
   return out;
+}
+
+std::string normalize(const Var& v, const std::string& text) {
+  switch (v.kind) {
+    case Kind::Bytes:
+      return std::to_string(parse_bytes(text, v.name));
+    case Kind::Bool:
+      return bool_of(text) ? "1" : "0";
+    case Kind::Int:
+      return std::to_string(int_of(text, v.name));
+    case Kind::List:
+    case Kind::BytesList: {
+      std::vector<std::string> items = split_list(text);
+      if (v.kind == Kind::BytesList) {
+        for (std::string& item : items) {  // bytes, or key=bytes (the key itself checked where it is used)
+          const size_t eq = item.find('=');
+          if (eq == std::string::npos) {
+            if (item != "none") item = std::to_string(parse_bytes(item, v.name));
+          } else {
+            const size_t at = item.find('@');
+            if (at != std::string::npos && (at + 1 >= eq || item.find_first_not_of("0123456789", at + 1) < eq))
+              throw std::invalid_argument(std::string(v.name) + ": '@' must be followed by a world size, got '" + item +
+                                          "'");
+            item = item.substr(0, eq + 1) + std::to_string(parse_bytes(item.substr(eq + 1), v.name));
+          }
+        }
+      }
+      std::sort(items.begin(), items.end());
+      items.erase(std::unique(items.begin(), items.end()), items.end());
+      std::string out;
+      for (const std::string& item : items) out += (out.empty() ? "" : ",") + item;
+      return out;
+    }
+    case Kind::Text:
+    default: {
+      std::string out;
+      for (char c : text)
+        if (!std::isspace(static_cast<unsigned char>(c))) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return out;
+    }
+  }
+}
+
+Settings::Settings(const std::map<std::string, std::string>& overrides) : overrides_(overrides) {
+  const std::vector<Var>& vars = registry();
+  for (const auto& [name, value] : overrides) {
+    if (find(name)) continue;
+    std::string why = "purlin: '" + name + "' is not a TORCH_PURLIN_* setting (torch_purlin.env_vars() lists them)";
+    for (const Retired& r : retired())
+      if (name == r.name) why = "purlin: " + name + " is no longer read; use " + r.instead;
+    throw std::invalid_argument(why);
+  }
+  values_.reserve(vars.size());
+  sources_.reserve(vars.size());
+  for (const Var& v : vars) {
+    auto it = overrides.find(v.name);
+    const char* s = std::getenv(v.name);
+    if (it != overrides.end()) {
+      values_.push_back(it->second);
+      sources_.push_back(Source::Options);
+    } else if (s) {
+      values_.push_back(s);
+      sources_.push_back(Source::Environment);
+    } else {
+      values_.push_back(v.default_value);
+      sources_.push_back(Source::Default);
+    }
+  }
+  const bool log = get_bool("TORCH_PURLIN_LOG");
+  for (const Retired& r : retired()) {
+    if (!std::getenv(r.name)) continue;
+    const std::string line = std::string(r.name) + " is no longer read; use " + r.instead;
+    if (r.fatal) throw std::invalid_argument("purlin: " + line);
+    log_once(line, log);
+  }
+  for (char** e = environ; e && *e; ++e) {  // a misspelt setting would otherwise be ignored silently
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    if (name.rfind("TORCH_PURLIN_", 0) != 0 || find(name)) continue;
+    bool is_retired = false;
+    for (const Retired& r : retired()) is_retired |= name == r.name;
+    if (!is_retired) log_once(name + " is set but is not a TORCH_PURLIN_* setting (torch_purlin.env_vars() lists them)", log);
+  }
+}
+
+size_t Settings::index(const char* name) const {
+  const std::vector<Var>& vars = registry();
+  for (size_t i = 0; i < vars.size(); ++i)
+    if (std::strcmp(vars[i].name, name) == 0) return i;
+  throw std::invalid_argument(std::string("purlin: setting not in the registry: ") + name);
+}
+
+std::string Settings::get(const char* name) const { return values_[index(name)]; }
+int64_t Settings::get_bytes(const char* name) const { return parse_bytes(get(name), name); }
+bool Settings::get_bool(const char* name) const { return bool_of(get(name)); }
+int Settings::get_int(const char* name) const { return int_of(get(name), name); }
+std::vector<std::string> Settings::get_list(const char* name) const { return split_list(get(name)); }
+Settings::Source Settings::source(const char* name) const { return sources_[index(name)]; }
+
+const char* Settings::source_name(Source s) {
+  switch (s) {
+    case Source::Options: return "from the group's options";
+    case Source::Environment: return "from the environment";
+    default: return "the default";
+  }
 }
 
 }  // namespace purlin::env

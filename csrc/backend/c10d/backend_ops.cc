@@ -23,7 +23,7 @@ Request request(CollOp op, const char* name, const at::Tensor& like) {
   Request rq;
   rq.op = op;
   rq.name = name;
-  if (like.defined()) to_dtype(like.scalar_type(), &rq.dtype);
+  if (like.defined() && !to_dtype(like.scalar_type(), &rq.dtype)) rq.error = dtype_refusal(like.scalar_type());
   return rq;
 }
 

@@ -152,6 +152,23 @@ PYBIND11_MODULE(_C, m) {
     for (const auto& v : env::registry()) out.append(py::make_tuple(v.name, v.default_value, v.meaning));
     return out;
   });
+  // The registry with how each variable is classed (NOTE [settings across ranks]): (name, default,
+  // meaning, audience "user" | "tuning", across "local" | "equal" | "combined").
+  m.def("env_registry", []() {
+    py::list out;
+    for (const auto& v : env::registry()) {
+      const char* across = v.across == env::Across::Equal ? "equal" : v.across == env::Across::Combined ? "combined"
+                                                                                                        : "local";
+      out.append(py::make_tuple(v.name, v.default_value, v.meaning, v.audience == env::Audience::User ? "user" : "tuning",
+                                across));
+    }
+    return out;
+  });
+  m.def("env_retired", []() {
+    py::list out;
+    for (const auto& r : env::retired()) out.append(py::make_tuple(r.name, r.instead, r.fatal));
+    return out;
+  });
 
   // NOTE [protocol table]: bytes from which `op` runs on NCCL under `table` in
   // a group of `world` ranks (0: never), and a per-world byte list's value.
@@ -167,19 +184,42 @@ PYBIND11_MODULE(_C, m) {
       py::class_<backend::PurlinBackend, c10d::Backend, backend::GilReleasedHolder<backend::PurlinBackend>>(
           m, "PurlinBackend");
   using PurlinOptions = backend::PurlinBackend::PurlinOptions;
+  // NOTE [group settings]: settings are checked against the registry here, where the user names them.
   py::class_<PurlinOptions, c10d::Backend::Options, c10::intrusive_ptr<PurlinOptions>>(backend_cls, "Options")
-      .def(py::init([](std::chrono::milliseconds timeout) { return c10::make_intrusive<PurlinOptions>(timeout); }),
-           py::arg("timeout"))
+      .def(py::init([](std::chrono::milliseconds timeout, std::map<std::string, std::string> settings) {
+             try {
+               env::Settings check(settings);
+             } catch (const std::invalid_argument& e) {
+               throw py::value_error(e.what());
+             }
+             return c10::make_intrusive<PurlinOptions>(timeout, std::move(settings));
+           }),
+           py::arg("timeout"), py::arg("settings") = std::map<std::string, std::string>{})
+      .def_readonly("settings", &PurlinOptions::settings)
       .def("__deepcopy__",
            [](const PurlinOptions& self, py::dict) { return c10::make_intrusive<PurlinOptions>(self); });
   backend_cls
+      // NOTE [group settings]: `settings` (a group's options), `global_ranks` (torch's
+      // global_ranks_in_group) and `host_ranks` (the job's ranks on this host) make its GroupContext.
+      // Collective (the members agree on their settings): the wait runs without the GIL.
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout, py::object make_fallback, int global_rank) {
+                       std::chrono::milliseconds timeout, py::object make_fallback,
+                       std::map<std::string, std::string> settings, std::vector<int> global_ranks, int host_ranks) {
+             std::shared_ptr<backend::GroupContext> ctx;
+             try {
+               ctx = std::make_shared<backend::GroupContext>(
+                   backend::GroupContext{env::Settings(settings), std::move(global_ranks), host_ranks});
+             } catch (const std::invalid_argument& e) {
+               throw py::value_error(e.what());
+             }
+             backend::Fallback::GroupFactory factory = wrap_factory(std::move(make_fallback));
+             py::gil_scoped_release no_gil;
              return backend::GilReleasedHolder<backend::PurlinBackend>(c10::make_intrusive<backend::PurlinBackend>(
-                 store, rank, size, timeout, wrap_factory(std::move(make_fallback)), global_rank));
+                 store, rank, size, timeout, std::move(factory), std::move(ctx)));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("make_fallback"),
-           py::arg("global_rank") = -1)
+           py::arg("settings") = std::map<std::string, std::string>{}, py::arg("global_ranks") = std::vector<int>{},
+           py::arg("host_ranks") = 0)
       .def_property_readonly("options", &backend::PurlinBackend::getBackendOptions)
       // NOTE [split groups] (split_group.cc): new_group() on a device-bound default group asks the
       // non-members' backend for a "no color" split; a purlin split involves no non-member.

@@ -11,6 +11,18 @@
 // one group) and keeps their Works; endCoalescing() returns the only one, or
 // this Work over all of them: wait() / synchronize() wait for each (CUDA
 // Works make the current stream wait), isCompleted() when all are.
+// Errors inside a block are raised by endCoalescing(), not by the op: torch's
+// _coalescing_manager clears its block state (_world.pg_coalesce_state) only
+// when its body ends normally, just before calling endCoalescing(); an
+// exception escaping the body leaves the state set, and from then on torch
+// itself records the group's all_reduce, all_gather_into_tensor and
+// reduce_scatter_tensor calls instead of running them (a synchronous
+// all_reduce returned the rank's own input; an async one an IllegalWork). So
+// an op inside a block that fails in purlin (natively: on every rank alike;
+// on the fallback: StagedBackend, NOTE [fallback arguments]) records its error
+// and returns a completed Work, and endCoalescing() ends every fallback's block
+// and raises the first error. Exceptions raised before purlin is called (torch's
+// dispatcher or Python checks) still leave torch's state set: torch's to fix.
 #pragma once
 
 #include <vector>

@@ -10,19 +10,35 @@
 #include "backend/c10d/group_hosts.h"
 #include "backend/cuda/cuda_engine.h"
 #include "backend/host/host_engine.h"
+#include "backend/host/setup_agreement.h"
 #include "backend/c10d/store_rendezvous.h"
 #include "backend/c10d/tensor_args.h"
 
 namespace purlin::backend {
 
+namespace {
+std::shared_ptr<const GroupContext> or_default(std::shared_ptr<const GroupContext> ctx) {
+  return ctx ? std::move(ctx) : std::make_shared<const GroupContext>();
+}
+}  // namespace
+
 PurlinBackend::PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                             std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback, int global_rank)
+                             std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback,
+                             std::shared_ptr<const GroupContext> context)
     : c10d::Backend(rank, size),
       store_(store),
       timeout_(timeout),
-      fallback_(store, rank, size, timeout, std::move(make_fallback)),
+      ctx_(or_default(std::move(context))),
+      fallback_(store, rank, size, timeout, std::move(make_fallback), ctx_->settings),
       hosts_(std::make_unique<GroupHosts>(store, rank, size, timeout, fallback_)),
-      health_(rank, size, global_rank) {}
+      health_(rank, size, ctx_->global_ranks.empty() ? rank : ctx_->global_ranks[rank]) {
+  // NOTE [setup agreement]: the members' settings, agreed before any rank routes a call by them.
+  const std::string why =
+      agree_on_settings(store_rendezvous(store_, timeout_, "made this group (init_process_group, new_group or "
+                                                           "split_group)"),
+                        "purlin/settings/", rank, size, *ctx_, fallback_.settings_error());
+  TORCH_CHECK(why.empty(), "purlin: making the group on ", ctx_->rank_name(rank), " failed: ", why);
+}
 
 PurlinBackend::~PurlinBackend() = default;
 
@@ -35,7 +51,8 @@ void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
 
 HostEngine& PurlinBackend::host() {
   if (!host_) {
-    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_), &health_);
+    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_), &health_,
+                                           ctx_);
   }
   return *host_;
 }
@@ -67,7 +84,7 @@ std::tuple<std::string, int, int, bool> PurlinBackend::last_launch() const {
 std::map<std::string, std::map<std::string, int64_t>> PurlinBackend::protocol_counts() const { return cuda().protocol_counts(); }
 
 CudaPath& PurlinBackend::cuda() const {
-  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_, &health_);
+  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_, &health_, ctx_);
   return *cuda_;
 }
 
@@ -83,9 +100,16 @@ std::string PurlinBackend::fallback_reason(const std::string& op, const std::vec
   hosts_->ensure(op.c_str());  // NOTE [host map at the first collective] (group_hosts.h)
   bool cuda_op = false;
   for (const auto& t : tensors) cuda_op |= t.defined() && t.is_cuda();
-  if (fallback_.forced(op, cuda_op)) return "forced by TORCH_PURLIN_FORCE_FALLBACK / TORCH_PURLIN_FORCE_NCCL";
+  // NOTE [fallback arguments]: CPU tensors gloo cannot take stay native, where the op's Request
+  // refuses them on every rank with the reason (or, when only forced, runs them).
+  const at::Tensor* first = nullptr;
+  for (const auto& t : tensors)
+    if (!first && t.defined()) first = &t;
+  const bool gloo_refuses = !cuda_op && first && first->layout() == c10::kStrided && first->device().is_cpu() &&
+                            !gloo_takes(first->scalar_type(), redop);
+  if (fallback_.forced(op, cuda_op) && !gloo_refuses) return "forced by TORCH_PURLIN_FORCE_FALLBACK";
   if (redop && bitwise_reduction(*redop))
-    return "bitwise reduce ops (BAND, BOR, BXOR) are not supported natively";
+    return gloo_refuses ? "" : "bitwise reduce ops (BAND, BOR, BXOR) are not supported natively";
   for (const auto& t : tensors) {
     if (!t.defined()) continue;
     if (t.layout() != c10::kStrided) return "sparse tensors are not supported natively";
@@ -101,7 +125,8 @@ std::string PurlinBackend::fallback_reason(const std::string& op, const std::vec
     }
     if (!t.device().is_cpu()) return std::string("tensors on ") + t.device().str() + " are not supported natively";
     DType d;
-    if (!to_dtype(t.scalar_type(), &d)) return std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported natively";
+    if (!to_dtype(t.scalar_type(), &d) && !gloo_refuses)
+      return std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported natively";
   }
   if (C10_UNLIKELY(hosts_->spans())) return hosts_->route(op, tensors, table_bytes, redop, hier);  // NOTE [host map]
   return "";
@@ -142,21 +167,36 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::coalesced(c10::intrusive_ptr<c10d:
   return work;
 }
 
-// NOTE [coalescing] (coalesced_work.h). A block left open (an exception inside
-// torch's _coalescing_manager skips endCoalescing) is closed first.
+// NOTE [coalescing] (coalesced_work.h). A block left open (an exception from
+// outside purlin inside torch's _coalescing_manager skips endCoalescing) is
+// closed first; its errors were raised then.
 void PurlinBackend::startCoalescing() {
-  if (coalescing_) endCoalescing();
+  if (coalescing_) {
+    try {
+      endCoalescing();
+    } catch (const std::exception&) {
+    }
+  }
   coalescing_ = true;
+  block_error_ = nullptr;
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::endCoalescing() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works = std::move(coalesced_works_);
   std::vector<c10d::Backend*> fallbacks = std::move(coalescing_fallbacks_);
+  std::exception_ptr error = std::move(block_error_);
   coalesced_works_.clear();
   coalescing_fallbacks_.clear();
+  block_error_ = nullptr;
   coalescing_ = false;
-  for (c10d::Backend* b : fallbacks)
-    if (auto w = b->endCoalescing()) works.push_back(w);
+  for (c10d::Backend* b : fallbacks) {  // every fallback's block ends, whatever another's raised
+    try {
+      if (auto w = b->endCoalescing()) works.push_back(w);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
   if (works.empty()) return completed_work({});
   if (works.size() == 1) return works[0];
   return c10::make_intrusive<CoalescedWork>(std::move(works));
@@ -166,12 +206,19 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_native(Request& rq, const std:
   ++seq_;
   fallback_.count_native(rq.name);
   try {
-    if (cuda_ && cuda_->active()) return coalesced(cuda_->run(rq, outputs));  // PURLIN-CUDA hook
-    host().run(rq);
-  } catch (const c10::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, e.what());
+    try {
+      if (cuda_ && cuda_->active()) return coalesced(cuda_->run(rq, outputs));  // PURLIN-CUDA hook
+      host().run(rq);
+    } catch (const c10::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, e.what(), ctx_->legend());  // messages name group ranks: say which global ones
+    }
+  } catch (...) {
+    if (!coalescing_) throw;
+    // NOTE [coalescing]: raised by endCoalescing, after torch cleared its block.
+    if (!block_error_) block_error_ = std::current_exception();
+    return completed_work({});
   }
   return coalesced(completed_work(outputs));
 }

@@ -19,6 +19,7 @@
 
 #include "backend/fallback/fallback.h"
 #include "backend/host/group_health.h"
+#include "backend/host/group_context.h"
 #include "backend/host/request.h"
 
 namespace purlin::backend {
@@ -29,16 +30,21 @@ class GroupHosts;  // NOTE [host map] (group_hosts.h)
 
 class PurlinBackend : public c10d::Backend {
  public:
-  // A purlin group's options (its timeout): what dist.split_group copies from a parent group
-  // (bindings.cc gives it the __deepcopy__ that torch's Backend.Options lacks).
+  // A purlin group's options (its timeout and its own settings, NOTE [group settings]): what
+  // torch_purlin.Options makes for pg_options, and what dist.split_group copies from a parent
+  // group (bindings.cc gives it the __deepcopy__ that torch's Backend.Options lacks).
   struct PurlinOptions : c10d::Backend::Options {
-    explicit PurlinOptions(std::chrono::milliseconds timeout) : Options("purlin", timeout) {}
+    explicit PurlinOptions(std::chrono::milliseconds timeout, std::map<std::string, std::string> settings = {})
+        : Options("purlin", timeout), settings(std::move(settings)) {}
+    std::map<std::string, std::string> settings;  // TORCH_PURLIN_* name -> value
   };
 
-  // `global_rank`: this process's rank in the default group (-1: `rank`), which the group's health
-  // messages name (NOTE [group health]).
+  // `context`: the group's settings and global ranks (nullptr: the environment's settings, global
+  // ranks = group ranks). Collective: the members agree on their settings here (NOTE [setup
+  // agreement]) and every one raises if they cannot.
   PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback, int global_rank = -1);
+                std::chrono::milliseconds timeout, Fallback::GroupFactory make_fallback,
+                std::shared_ptr<const GroupContext> context = nullptr);
   ~PurlinBackend() override;
 
   const std::string getBackendName() const override { return "purlin"; }
@@ -159,6 +165,7 @@ class PurlinBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<const GroupContext> ctx_;  // NOTE [group settings] (before fallback_, which reads it)
   Fallback fallback_;
   std::unique_ptr<GroupHosts> hosts_;  // NOTE [host map]: made with the group, mapped at its first collective
   // NOTE [shutdown and abort]: the group's state, and its health (NOTE [group health]) with the
@@ -180,6 +187,7 @@ class PurlinBackend : public c10d::Backend {
   // NOTE [coalescing]: between startCoalescing() and endCoalescing(), the ops' Works and the
   // fallback backends coalescing with this block.
   bool coalescing_ = false;
+  std::exception_ptr block_error_;  // the first error of a native op inside the block
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_works_;
   std::vector<c10d::Backend*> coalescing_fallbacks_;
 };

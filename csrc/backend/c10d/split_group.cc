@@ -9,9 +9,10 @@
 // splitting"), although new_group() made the same groups.
 // - A purlin subgroup needs nothing from its parent's connections: split()
 //   builds a new PurlinBackend with the member's index in the sorted `ranks` as
-//   its rank, `opts->timeout` as its timeout and its own fallbacks. Like any
-//   purlin group it connects at its first collective, so split() itself
-//   communicates with nobody.
+//   its rank, `opts->timeout` as its timeout, `opts`' settings (NOTE [group
+//   settings]) and its own fallbacks. Like any purlin group it agrees on its
+//   settings with its members as it is made (NOTE [setup agreement]) and
+//   connects at its first collective.
 // - Its store is the parent's, prefixed "purlin_split_<n>_<ranks>/", n counting
 //   the splits asked of the parent: every rank of the parent takes part in every
 //   split (torch's contract; a rank in no part is asked for the first part and
@@ -40,7 +41,7 @@
 namespace purlin::backend {
 
 c10::intrusive_ptr<c10d::Backend::Options> PurlinBackend::getBackendOptions() {
-  auto opts = c10::make_intrusive<PurlinOptions>(timeout_);
+  auto opts = c10::make_intrusive<PurlinOptions>(timeout_, ctx_->settings.overrides());  // NOTE [group settings]
   opts->group_name = getGroupUid();
   opts->group_desc = getGroupDesc();
   return opts;
@@ -70,9 +71,16 @@ c10::intrusive_ptr<c10d::Backend> PurlinBackend::split(const c10::intrusive_ptr<
   for (int r : ranks) prefix += "_" + std::to_string(r);
   auto child_store = c10::make_intrusive<c10d::PrefixStore>(prefix + "/", store_);
   const auto timeout = opts ? opts->timeout : timeout_;
+  // NOTE [group settings]: the settings given for the split (torch passes a copy of this group's
+  // options when none are), else this group's; read now. Global ranks through this group's.
+  const auto* purlin_opts = dynamic_cast<const PurlinOptions*>(opts.get());
+  auto ctx = std::make_shared<GroupContext>(
+      GroupContext{env::Settings(purlin_opts ? purlin_opts->settings : ctx_->settings.overrides()), {},
+                   ctx_->host_ranks});
+  for (int r : ranks) ctx->global_ranks.push_back(r < static_cast<int>(ctx_->global_ranks.size()) ? ctx_->global_ranks[r] : r);
   auto child = c10::make_intrusive<PurlinBackend>(child_store, static_cast<int>(me - ranks.begin()),
                                                   static_cast<int>(ranks.size()), timeout, fallback_.group_factory(),
-                                                  health_.global_rank());
+                                                  std::move(ctx));
   last_split_ = c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(child));
   return child;
 }

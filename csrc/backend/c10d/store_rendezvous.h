@@ -28,12 +28,14 @@ inline std::string setter_of(const std::string& key) {
   return "rank 0";
 }
 
-inline Rendezvous store_rendezvous(c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout) {
+// `reached`: what the awaited rank has not done yet, for the timeout message.
+inline Rendezvous store_rendezvous(c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout,
+                                   std::string reached = "reached this group's first collective on the device") {
   Rendezvous rdv;
   rdv.set = [store](const std::string& k, const std::string& v) {
     store->set(k, std::vector<uint8_t>(v.begin(), v.end()));
   };
-  rdv.get = [store, timeout](const std::string& k) {
+  rdv.get = [store, timeout, reached](const std::string& k) {
     const auto start = std::chrono::steady_clock::now();
     try {
       store->wait({k}, timeout);
@@ -42,8 +44,8 @@ inline Rendezvous store_rendezvous(c10::intrusive_ptr<c10d::Store> store, std::c
       // c10::Error): anything that ends the wait early (a lost store) is passed on as it is.
       if (std::chrono::steady_clock::now() - start < timeout * 9 / 10) throw;
       throw std::runtime_error("timed out after " + std::to_string(timeout.count()) + " ms in the group's set-up, " +
-                               "waiting for " + setter_of(k) + " (store key '" + k + "'): it has not reached " +
-                               "this group's first collective on the device, called another one, or gave up earlier");
+                               "waiting for " + setter_of(k) + " (store key '" + k + "'): it has not " + reached +
+                               ", called another one, or gave up earlier");
     }
     const std::vector<uint8_t> v = store->get(k);
     return std::string(v.begin(), v.end());

@@ -23,6 +23,23 @@ bool to_dtype(at::ScalarType t, DType* out) {
   }
 }
 
+bool gloo_takes(at::ScalarType t, const c10d::ReduceOp* redop) {
+  switch (t) {  // ProcessGroupGloo's types
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+      return !(redop && bitwise_reduction(*redop));
+    case at::kChar: case at::kByte: case at::kInt: case at::kLong: case at::kBool:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string dtype_refusal(at::ScalarType t) {
+  return std::string("dtype ") + c10::toString(t) + " is not supported on CPU tensors: not natively (float32, " +
+         "float64, float16, bfloat16, int8, int16, int32, int64, uint8, bool, complex64, complex128) and not by " +
+         "the gloo fallback";
+}
+
 bool bitwise_reduction(const c10d::ReduceOp& op) {
   return op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR || op.op_ == c10d::ReduceOp::BXOR;
 }
@@ -46,7 +63,16 @@ void set_reduction(Request& rq, const c10d::ReduceOp& op) {
       }
       break;
     }
-    default:  // the bitwise ones never get here: bitwise_reduction() sends them to the fallback
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR: {  // here only where gloo does not take the dtype (gloo_takes)
+      const char* name = op.op_ == c10d::ReduceOp::BAND ? "BAND" : op.op_ == c10d::ReduceOp::BOR ? "BOR" : "BXOR";
+      if (rq.error.empty())
+        rq.error = std::string(name) + " on " + dtype_name(rq.dtype) + ": bitwise reduce ops run on the gloo " +
+                   "fallback, which takes them on int8, uint8, int32, int64 and bool tensors only";
+      return;
+    }
+    default:
       rq.error = "reduce op " + std::to_string(static_cast<int>(op.op_)) + " is not supported";
       return;
   }

@@ -17,9 +17,15 @@ namespace purlin::backend {
 
 // false if Purlin has no native support for `t`.
 bool to_dtype(at::ScalarType t, DType* out);
+// Whether the gloo fallback takes CPU tensors of `t` (under `redop`, if given: bitwise ones
+// need integers or bool). NOTE [fallback arguments]: the ops it does not take stay native.
+bool gloo_takes(at::ScalarType t, const c10d::ReduceOp* redop);
+// Why CPU tensors of `t` cannot run at all (neither natively nor on gloo), for a Request's error.
+std::string dtype_refusal(at::ScalarType t);
 
-// Fills rq.dtype from `t` and rq.redop / rq.scale from `op`; unsupported
-// combinations are recorded in rq.error (reported on every rank).
+// Fills rq.redop / rq.scale from `op` (rq.dtype set before); unsupported
+// combinations are recorded in rq.error (reported on every rank), among them
+// the bitwise ops on dtypes the gloo fallback does not take (gloo_takes).
 void set_reduction(Request& rq, const c10d::ReduceOp& op);
 // BAND, BOR, BXOR: reductions Purlin leaves to the fallback (PurlinBackend::fallback_reason).
 bool bitwise_reduction(const c10d::ReduceOp& op);

@@ -36,6 +36,7 @@ struct CudaPath::Impl {
   std::chrono::milliseconds timeout;
   c10::intrusive_ptr<c10d::Store> store;
   GroupHealth* health;  // NOTE [group health], [shutdown and abort]
+  std::shared_ptr<const GroupContext> ctx;  // NOTE [group settings]
   std::unique_ptr<CudaGroup> engine;
   std::string setup_failed;  // NOTE [setup agreement]: why this group's CUDA setup failed, for every later call
   CudaOpScope::State* scope = nullptr;
@@ -52,8 +53,8 @@ struct CudaOpScope::State {
 };
 
 CudaPath::CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-                   GroupHealth* health)
-    : impl_(new Impl{rank, world, timeout, std::move(store), health, nullptr, "", nullptr}) {}
+                   GroupHealth* health, std::shared_ptr<const GroupContext> ctx)
+    : impl_(new Impl{rank, world, timeout, std::move(store), health, std::move(ctx), nullptr, "", nullptr}) {}
 
 CudaPath::~CudaPath() = default;
 
@@ -97,7 +98,7 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
   const c10::Device dev(c10::kCUDA, options.device().has_index() ? options.device().index()
                                                                   : c10::cuda::current_device());
   auto plain = [&](const std::string& why) {
-    if (!impl_->plain_logged && env::get_bool("TORCH_PURLIN_LOG"))
+    if (!impl_->plain_logged && impl_->ctx->settings.get_bool("TORCH_PURLIN_LOG"))
       std::fprintf(stderr, "[purlin] rank %d: allocateTensor returns ordinary CUDA memory (collectives on it stage "
                    "instead of reading it in place): %s (logged once)\n", impl_->rank, why.c_str());
     impl_->plain_logged = true;
@@ -164,7 +165,7 @@ std::string CudaPath::group_on(const c10::Device& dev, const std::string& op) {
                 "a new one): ", impl_->setup_failed);
     try {
       impl_->engine = std::make_unique<CudaGroup>(impl_->rank, impl_->world, impl_->timeout, impl_->store, dev.index(),
-                                                  impl_->health);
+                                                  impl_->health, impl_->ctx);
     } catch (const std::exception& e) {
       impl_->setup_failed = e.what();  // the agreement's keys are spent: a second attempt could not agree again
       TORCH_CHECK(false, "purlin ", op, " on rank ", impl_->rank, ": ", impl_->setup_failed);

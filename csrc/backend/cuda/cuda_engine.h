@@ -39,6 +39,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "backend/host/group_context.h"
 #include "backend/host/group_health.h"
 #include "backend/host/request.h"
 
@@ -64,9 +65,10 @@ class CudaPath {
  public:
   // `health`: the group's (NOTE [group health]) with its abort request (NOTE [shutdown and abort]),
   // which ends the host-side waits of the group's shared-memory exchanges and the device waits; it
-  // outlives the path.
+  // outlives the path. `ctx`: the group's settings (NOTE [group settings]), read when the CUDA
+  // group is set up.
   CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-           GroupHealth* health);
+           GroupHealth* health, std::shared_ptr<const GroupContext> ctx);
   ~CudaPath();
 
   // "" if `op` on `tensors` (some on CUDA) runs natively, else why not.
@@ -122,7 +124,8 @@ class CudaOpScope {
 #ifndef PURLIN_WITH_CUDA
 struct CudaPath::Impl {};
 struct CudaOpScope::State {};
-inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>, GroupHealth*) {}
+inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>, GroupHealth*,
+                          std::shared_ptr<const GroupContext>) {}
 inline CudaPath::~CudaPath() = default;
 inline std::string CudaPath::unavailable(const std::string&, const std::vector<at::Tensor>&) {
   return "the CUDA datapath is not available in this build";

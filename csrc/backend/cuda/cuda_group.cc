@@ -115,47 +115,56 @@ std::string CudaGroup::own_device_error(const cu::SymmetricWorkspace& ws, std::c
   return read_error(ws, timeout, checked_calls, nullptr);
 }
 
-// Every TORCH_PURLIN_CUDA_* setting the group's setup needs; throws
-// std::invalid_argument naming a malformed one (the constructor turns that
-// into this rank's reply to the setup agreement).
+// Every TORCH_PURLIN_CUDA_* setting the group's setup needs, from the group's
+// settings (NOTE [group settings]: the equal ones were agreed when the group
+// was made; the combined ones are combined in the exchanges below and in the
+// workspace's probe); throws std::invalid_argument naming a malformed one (the
+// constructor turns that into this rank's reply to the setup agreement).
 void CudaGroup::read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table) {
-  two_shot_bytes_ = two_shot_bytes("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", world_);  // NOTE [protocol table]
-  pool_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_POOL_BYTES");  // read with the rest: the pool itself comes later
-  const std::string placement = env::get("TORCH_PURLIN_CUDA_POOL_PLACEMENT");  // NOTE [local placement]
+  const env::Settings& st = ctx_->settings;
+  two_shot_bytes_ = two_shot_bytes(st, "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", world_);  // NOTE [protocol table]
+  pool_bytes_ = st.get_bytes("TORCH_PURLIN_CUDA_POOL_BYTES");  // read with the rest: the pool itself comes later
+  const std::string placement = st.get("TORCH_PURLIN_CUDA_POOL_PLACEMENT");  // NOTE [local placement]
   if (placement != "agreed" && placement != "local")
     throw std::invalid_argument("TORCH_PURLIN_CUDA_POOL_PLACEMENT: expected agreed or local, got '" + placement + "'");
   pool_local_ = placement == "local";
-  debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
-  check_calls_ = env::get_bool("TORCH_PURLIN_CUDA_CHECK_CALLS");
-  overlap_ = env::get_bool("TORCH_PURLIN_CUDA_PDL");  // where the Atom's table allows it (the constructor)
+  debug_ = st.get_bool("TORCH_PURLIN_DEBUG");
+  check_calls_ = st.get_bool("TORCH_PURLIN_CUDA_CHECK_CALLS");
+  overlap_ = st.get_bool("TORCH_PURLIN_CUDA_PDL");  // where the Atom's table allows it (the constructor)
   opt.rank = rank_;
   opt.world = world_;
   opt.device = device_;
-  opt.workspace_bytes = env::get_bytes("TORCH_PURLIN_CUDA_WORKSPACE_BYTES");
-  opt.line_max_bytes = env::get_bytes("TORCH_PURLIN_CUDA_LINE_BYTES");
-  opt.parity_max_bytes = env::get_bytes("TORCH_PURLIN_CUDA_PARITY_BYTES");
-  const std::string line_format = env::get("TORCH_PURLIN_CUDA_LINE_FORMAT");
+  opt.workspace_bytes = st.get_bytes("TORCH_PURLIN_CUDA_WORKSPACE_BYTES");
+  opt.line_max_bytes = st.get_bytes("TORCH_PURLIN_CUDA_LINE_BYTES");
+  opt.parity_max_bytes = st.get_bytes("TORCH_PURLIN_CUDA_PARITY_BYTES");
+  const std::string line_format = st.get("TORCH_PURLIN_CUDA_LINE_FORMAT");
   if (line_format != "auto" && line_format != "wide" && line_format != "narrow")
     throw std::invalid_argument("TORCH_PURLIN_CUDA_LINE_FORMAT: expected auto, wide or narrow, got '" + line_format + "'");
   opt.line_format = line_format == "auto" ? cu::LineFormat::Auto
                     : line_format == "wide" ? cu::LineFormat::Wide
                                             : cu::LineFormat::Narrow;
-  opt.blocks = env::get_int("TORCH_PURLIN_CUDA_BLOCKS");
-  opt.share_gpu = env::get_bool("TORCH_PURLIN_CUDA_SHARE_GPU");
-  opt.share_gpu_ranks = env::get_int("TORCH_PURLIN_CUDA_SHARE_GPU_RANKS");
-  ce_bytes_ = env::get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
-  nccl_table = env::get("TORCH_PURLIN_CUDA_NCCL_FROM");
+  opt.blocks = st.get_int("TORCH_PURLIN_CUDA_BLOCKS");
+  opt.share_gpu = st.get_bool("TORCH_PURLIN_CUDA_SHARE_GPU");
+  // NOTE [shared GPU]: the job's ranks on this GPU, derived (GroupContext::job_ranks_per_gpu); the
+  // workspace's probe plans every rank's SMs with the largest count any rank states.
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  cudaGetLastError();
+  opt.share_gpu_ranks = ctx_->job_ranks_per_gpu(gpus);
+  ce_bytes_ = st.get_bytes("TORCH_PURLIN_CUDA_CE_BYTES");
+  nccl_table = st.get("TORCH_PURLIN_CUDA_NCCL_FROM");
   NcclTable::parse(nccl_table, world_);  // a typo fails where it was made (NOTE [protocol table])
 }
 
 CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-                     int device, GroupHealth* health)
+                     int device, GroupHealth* health, std::shared_ptr<const GroupContext> ctx)
     : rank_(rank),
       world_(world),
       device_(device),
       timeout_(timeout),
       store_(std::move(store)),
       health_(health),
+      ctx_(std::move(ctx)),
       break_reason_(health->signal().reason_source()),
       channel_(rank, world, timeout, health) {
   c10::cuda::CUDAGuard guard(device_);
@@ -177,7 +186,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   };
   std::unique_ptr<cu::SymmetricWorkspace> ws = cu::SymmetricWorkspace::create(opt, exchange_, &unavailable_);
   if (!ws) {
-    if (env::get_bool("TORCH_PURLIN_LOG"))
+    if (ctx_->settings.get_bool("TORCH_PURLIN_LOG"))
       std::fprintf(stderr, "[purlin] rank %d: CUDA datapath unavailable, CUDA tensors use NCCL: %s (logged once)\n",
                    rank_, unavailable_.c_str());
     return;
@@ -205,16 +214,12 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
     all_ce &= v > 0;
     ce_bytes_ = std::max(ce_bytes_, v);
   }
-  // NOTE [protocol table]: every rank routes by rank 0's table (a rank's
-  // own value is still checked, so a typo fails where it was made).
-  const std::vector<std::string> tables = exchange_("nccl-table", table_mine);
-  nccl_table_ = NcclTable::parse(tables[0], world_);
-  if (tables[rank_] != tables[0])
-    std::fprintf(stderr, "[purlin] rank %d: TORCH_PURLIN_CUDA_NCCL_FROM differs from rank 0's; using rank 0's '%s'\n",
-                 rank_, tables[0].c_str());
+  // NOTE [protocol table]: the table is equal on every rank (NOTE [settings across ranks]: agreed
+  // when the group was made), so every rank routes alike.
+  nccl_table_ = NcclTable::parse(table_mine, world_);
   if (!ws_->shared_gpu().empty()) {  // NOTE [shared GPU]: NCCL refuses the group, so every size stays native
     nccl_table_ = NcclTable{};
-    if (rank_ == 0 && env::get_bool("TORCH_PURLIN_LOG"))
+    if (rank_ == 0 && ctx_->settings.get_bool("TORCH_PURLIN_LOG"))
       std::fprintf(stderr, "[purlin] rank 0: %s (TORCH_PURLIN_CUDA_SHARE_GPU): every size runs natively, up to %d "
                    "blocks per launch (logged once)\n", ws_->shared_gpu().c_str(), ws_->launch_config().max_blocks);
   }
@@ -227,7 +232,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
     for (size_t i = 0; i < every.size(); ++i)
       if (i >= a.size() || a[i] != '1') every[i] = '0';
   auto settle = [&](bool* flag, size_t i, const char* setting, const char* instead) {
-    if (*flag && every[i] != '1' && env::get_bool("TORCH_PURLIN_LOG"))
+    if (*flag && every[i] != '1' && ctx_->settings.get_bool("TORCH_PURLIN_LOG"))
       std::fprintf(stderr, "[purlin] rank %d: %s here but not on every rank: %s (logged once)\n", rank_, setting,
                    instead);
     *flag = every[i] == '1';
@@ -238,7 +243,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   else if (debug_ && mine > 0)
     std::fprintf(stderr, "[purlin] rank %d: copy-engine Atom unavailable here or on a peer: %s\n", rank_,
                  ce->unavailable().empty() ? "(a peer)" : ce->unavailable().c_str());
-  if (!ws_->wide_refusal().empty() && rank_ == 0 && env::get_bool("TORCH_PURLIN_LOG"))  // NOTE [wide lines]
+  if (!ws_->wide_refusal().empty() && rank_ == 0 && ctx_->settings.get_bool("TORCH_PURLIN_LOG"))  // NOTE [wide lines]
     std::fprintf(stderr, "[purlin] rank 0: narrow flagged lines only (TORCH_PURLIN_CUDA_LINE_FORMAT=auto): %s\n",
                  ws_->wide_refusal().c_str());
   // The hosts' channel, with this rank's health record (NOTE [group health]); its watcher reads

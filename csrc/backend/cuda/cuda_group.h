@@ -52,8 +52,9 @@ class CudaGroup {
   // `health`: the group's (NOTE [group health]): its abort request, for the host-side exchanges'
   // waits and (its word attached while the group lives) the device waits (NOTE [shutdown and
   // abort], [device abort]); the group's channel watches with it.
+  // `ctx`: the group's settings, agreed when the group was made (NOTE [group settings]).
   CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-            int device, GroupHealth* health);
+            int device, GroupHealth* health, std::shared_ptr<const GroupContext> ctx);
   ~CudaGroup();
 
   const std::string& unavailable() const { return unavailable_; }
@@ -155,6 +156,7 @@ class CudaGroup {
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   GroupHealth* health_;
+  std::shared_ptr<const GroupContext> ctx_;  // NOTE [group settings]
   std::function<std::string()> break_reason_;  // health_->signal().reason_source(), made once
   volatile uint32_t* abort_word_ = nullptr;  // attached to health_'s signal at the end of the constructor
   std::string unavailable_;

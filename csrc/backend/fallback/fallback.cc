@@ -1,20 +1,44 @@
 // fallback.cc — see fallback.h.
 #include "backend/fallback/fallback.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <vector>
 
-#include "common/env.h"
+#include "backend/fallback/staged_backend.h"
 
 namespace purlin::backend {
 
+const std::vector<std::string>& Fallback::op_names() {
+  static const std::vector<std::string> names = {
+      "all_reduce", "all_reduce_coalesced", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+      "all_gather_coalesced", "all_gather_into_tensor_coalesced", "reduce_scatter", "reduce_scatter_tensor",
+      "reduce_scatter_tensor_coalesced", "all_to_all", "all_to_all_single", "gather", "scatter", "barrier"};
+  return names;
+}
+
 Fallback::Fallback(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout,
-                   GroupFactory factory)
+                   GroupFactory factory, const env::Settings& settings)
     : store_(std::move(store)), rank_(rank), size_(size), timeout_(timeout), factory_(std::move(factory)) {
-  for (const auto& op : env::get_list("TORCH_PURLIN_FORCE_FALLBACK")) forced_.insert(op);
-  for (const auto& op : env::get_list("TORCH_PURLIN_FORCE_NCCL")) forced_nccl_.insert(op);
-  log_ = env::get_bool("TORCH_PURLIN_LOG");
+  // Items: op or all (every device), cpu:op / cuda:op / cpu:all / cuda:all (one device's tensors).
+  const std::vector<std::string>& ops = op_names();
+  for (const auto& item : settings.get_list("TORCH_PURLIN_FORCE_FALLBACK")) {
+    const size_t colon = item.find(':');
+    const std::string device = colon == std::string::npos ? "" : item.substr(0, colon);
+    const std::string op = colon == std::string::npos ? item : item.substr(colon + 1);
+    const bool known = op == "all" || std::find(ops.begin(), ops.end(), op) != ops.end();
+    if (!known || (device != "" && device != "cpu" && device != "cuda")) {
+      std::string list;
+      for (const auto& o : ops) list += ", " + o;
+      settings_error_ += (settings_error_.empty() ? "" : "; ") + std::string("TORCH_PURLIN_FORCE_FALLBACK: '") + item +
+                         "' is not an op, cpu:op or cuda:op (ops: all" + list + ")";
+      continue;
+    }
+    if (device != "cuda") forced_[0].insert(op);
+    if (device != "cpu") forced_[1].insert(op);
+  }
+  log_ = settings.get_bool("TORCH_PURLIN_LOG");
 }
 
 c10d::Backend& Fallback::get(const c10::Device& device) {
@@ -23,7 +47,8 @@ c10d::Backend& Fallback::get(const c10::Device& device) {
   auto it = backends_.find(type);
   if (it == backends_.end()) {
     TORCH_CHECK(factory_, "purlin: no fallback backend factory for ", type, " tensors");
-    it = backends_.emplace(type, factory_(store_, rank_, size_, timeout_, type)).first;
+    it = backends_.emplace(type, c10::make_intrusive<StagedBackend>(factory_(store_, rank_, size_, timeout_, type)))
+             .first;
   }
   return *it->second;
 }
@@ -45,7 +70,8 @@ void Fallback::count_fallback(const std::string& op, const std::string& reason) 
 }
 
 bool Fallback::forced(const std::string& op, bool cuda) const {
-  return forced_.count(op) || forced_.count("all") || (cuda && (forced_nccl_.count(op) || forced_nccl_.count("all")));
+  const std::set<std::string>& f = forced_[cuda ? 1 : 0];
+  return !f.empty() && (f.count(op) || f.count("all"));
 }
 
 namespace {

@@ -1,7 +1,9 @@
 // fallback.h — the explicit fallback: ops Purlin does not serve natively go to
 // a torch backend (gloo for CPU tensors, NCCL for CUDA tensors) created lazily
 // on a prefixed store. Every decision is counted per op, and logged once per
-// (op, reason), so tests and benchmarks can assert what actually ran.
+// (op, reason), so tests and benchmarks can assert what actually ran. The
+// backend is reached through StagedBackend (staged_backend.h), which hands it
+// only tensors it handles (NOTE [fallback arguments]).
 #pragma once
 
 #include <chrono>
@@ -16,6 +18,8 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "common/env.h"
+
 namespace purlin::backend {
 
 class Fallback {
@@ -27,12 +31,17 @@ class Fallback {
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
       const std::string& device_type)>;
 
+  // Reads TORCH_PURLIN_FORCE_FALLBACK and TORCH_PURLIN_LOG from the group's `settings`.
   Fallback(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout,
-           GroupFactory factory);
+           GroupFactory factory, const env::Settings& settings);
+
+  // "" or why TORCH_PURLIN_FORCE_FALLBACK cannot be read (an unknown op or device), for the
+  // group's settings agreement (NOTE [setup agreement]).
+  const std::string& settings_error() const { return settings_error_; }
 
   const GroupFactory& group_factory() const { return factory_; }
 
-  // The fallback backend for `device`, created on first use.
+  // The fallback backend for `device`, created on first use, behind its StagedBackend.
   c10d::Backend& get(const c10::Device& device);
 
   // Records that `op` (a name that lives as long as the process, e.g. a
@@ -40,9 +49,11 @@ class Fallback {
   void count_native(const char* op);
   // Records that `op` falls back for `reason` (logged once per (op, reason)).
   void count_fallback(const std::string& op, const std::string& reason);
-  // Whether TORCH_PURLIN_FORCE_FALLBACK (any device) or, for CUDA tensors,
-  // TORCH_PURLIN_FORCE_NCCL names `op` (or "all").
+  // Whether TORCH_PURLIN_FORCE_FALLBACK names `op` (or all) for tensors on any device, or for
+  // the op's device (cpu:op, cuda:op, cpu:all, cuda:all).
   bool forced(const std::string& op, bool cuda) const;
+  // The c10d ops a group serves, by the names TORCH_PURLIN_FORCE_FALLBACK and the counters use.
+  static const std::vector<std::string>& op_names();
 
   // NOTE [shutdown and abort] (group_lifecycle.cc): forwards to every fallback backend made so
   // far (NCCL releases its communicators; gloo's are no-ops), each called even if an earlier
@@ -60,10 +71,11 @@ class Fallback {
   int rank_, size_;
   std::chrono::milliseconds timeout_;
   GroupFactory factory_;
-  std::set<std::string> forced_, forced_nccl_;
+  std::set<std::string> forced_[2];  // [0]: CPU tensors, [1]: CUDA tensors
+  std::string settings_error_;
   bool log_;
   mutable std::mutex mu_;
-  std::map<std::string, c10::intrusive_ptr<c10d::Backend>> backends_;
+  std::map<std::string, c10::intrusive_ptr<c10d::Backend>> backends_;  // StagedBackends, by device type
   std::map<std::string, std::pair<int64_t, int64_t>> counters_;
   // NOTE [eager host path]: the counter of the last native op's name, kept so
   // a run of one op neither builds a string nor searches the map per call

@@ -12,23 +12,26 @@
 
 namespace purlin::backend {
 
-HostEngine::HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, GroupHealth* health)
-    : rank_(rank), world_(world), rdv_(std::move(rdv)), channel_(rank, world, timeout, health) {}
+HostEngine::HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, GroupHealth* health,
+                       std::shared_ptr<const GroupContext> ctx)
+    : rank_(rank), world_(world), rdv_(std::move(rdv)), channel_(rank, world, timeout, health), ctx_(std::move(ctx)) {}
 
 HostEngine::~HostEngine() = default;
 
 void HostEngine::set_timeout(std::chrono::milliseconds t) { channel_.set_timeout(t); }
 
-// The settings are read here, on the group's first collective, and checked
-// by every rank together (NOTE [setup agreement]) before the segments.
+// The group's settings (agreed when it was made, NOTE [group settings]) are
+// read here, on its first collective, and checked by every rank together
+// (NOTE [setup agreement]) before the segments.
 void HostEngine::ensure_atom(const char* op) {
   if (channel_.is_open()) return;
   size_t ws = 0;
   std::string mine;
   try {
-    two_shot_bytes_ = two_shot_bytes("TORCH_PURLIN_CPU_TWO_SHOT_BYTES", world_);  // NOTE [protocol table]
-    debug_ = env::get_bool("TORCH_PURLIN_DEBUG");
-    ws = static_cast<size_t>(env::get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
+    const env::Settings& settings = ctx_->settings;
+    two_shot_bytes_ = two_shot_bytes(settings, "TORCH_PURLIN_CPU_TWO_SHOT_BYTES", world_);  // NOTE [protocol table]
+    debug_ = settings.get_bool("TORCH_PURLIN_DEBUG");
+    ws = static_cast<size_t>(settings.get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
     if (ws < 4096) throw std::invalid_argument("TORCH_PURLIN_CPU_WORKSPACE_BYTES must be at least 4K");
   } catch (const std::exception& e) {
     mine = e.what();

@@ -14,6 +14,7 @@
 #include "backend/host/group_channel.h"
 #include "backend/host/group_health.h"
 #include "backend/host/plan_cache.h"
+#include "backend/host/group_context.h"
 #include "backend/host/request.h"
 #include "backend/host/shm_group.h"
 #include "snac/plan.h"
@@ -23,7 +24,9 @@ namespace purlin::backend {
 class HostEngine {
  public:
   // `health`: the group's (NOTE [group health], NOTE [shutdown and abort]); it outlives the engine.
-  HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, GroupHealth* health);
+  // `ctx`: the group's settings (NOTE [group settings]), read at the first collective.
+  HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, GroupHealth* health,
+             std::shared_ptr<const GroupContext> ctx);
   ~HostEngine();
 
   // Runs one collective; throws std::runtime_error naming op, rank and reason.
@@ -39,6 +42,7 @@ class HostEngine {
   int rank_, world_;
   Rendezvous rdv_;
   GroupChannel channel_;
+  std::shared_ptr<const GroupContext> ctx_;
   uint64_t step_base_ = 0;  // NOTE [epochs]
   PlanCache<snac::Plan> plans_{256};  // NOTE [plan caches]: every plan may be dropped
   int64_t two_shot_bytes_ = 0;

@@ -84,6 +84,8 @@ int64_t bytes_for_world(const std::string& text, int world, const char* var) {
   return named >= 0 ? named : plain;
 }
 
-int64_t two_shot_bytes(const char* var, int world) { return bytes_for_world(env::get(var), world, var); }
+int64_t two_shot_bytes(const env::Settings& settings, const char* var, int world) {
+  return bytes_for_world(settings.get(var), world, var);
+}
 
 }  // namespace purlin::backend

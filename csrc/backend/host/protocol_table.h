@@ -9,6 +9,8 @@
 #include <map>
 #include <string>
 
+#include "common/env.h"
+
 namespace purlin::backend {
 
 // NOTE [protocol table] Purlin picks a protocol per collective, size and
@@ -30,8 +32,9 @@ namespace purlin::backend {
 //   sends W-1 times as many.
 // Ops whose ranks legitimately pass different sizes (gather, scatter,
 // all_to_all with split sizes) never consult the NCCL rows, so the decision
-// is the same on every rank; the NCCL rows are agreed at group setup (rank
-// 0's win), the two-shot threshold is in the call signature. The defaults
+// is the same on every rank; both variables must be equal on every rank
+// (NOTE [settings across ranks] in common/env.h: compared when the group is
+// made), and the two-shot threshold is also in the call signature. The defaults
 // come from benchmarks/results on 2x H200 (cuda_h200x2_20261201q_large.md:
 // with matched waits all_gather and, pushing, reduce_scatter beat NCCL to 1G,
 // all_to_all to 256M; broadcast from 64M ties and keeps NCCL's few SMs;
@@ -64,10 +67,10 @@ NcclTable hierarchical_rows(int world);
 // (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES); `var` names the variable in errors.
 int64_t bytes_for_world(const std::string& text, int world, const char* var);
 
-// The two-shot threshold a group of `world` ranks reads from `var`
+// The two-shot threshold a group of `world` ranks reads from `var` of its settings
 // (TORCH_PURLIN_CPU_TWO_SHOT_BYTES for the CPU engine,
 // TORCH_PURLIN_CUDA_TWO_SHOT_BYTES for the CUDA group): the one parser of
 // both; throws std::invalid_argument naming `var`.
-int64_t two_shot_bytes(const char* var, int world);
+int64_t two_shot_bytes(const env::Settings& settings, const char* var, int world);
 
 }  // namespace purlin::backend

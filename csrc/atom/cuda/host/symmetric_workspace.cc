@@ -92,7 +92,8 @@ std::unique_ptr<SymmetricWorkspace> SymmetricWorkspace::create(const Options& op
   // so all of them must be resident at once: each rank gets half its share
   // of the SMs (the other half for an overlapped launch's next kernel, whose
   // blocks wait resident, and for other work), one block per SM at worst. Ranks of the job
-  // outside this group count too where they are declared (TORCH_PURLIN_CUDA_SHARE_GPU_RANKS):
+  // outside this group count too (each rank states the job's ranks per GPU, derived from the job's
+  // ranks on the host and its GPUs: GroupContext::job_ranks_per_gpu):
   // a DeviceMesh's 2-rank groups at world 4 on one H200 run at once, and counting only their
   // own 2 ranks would give each process a quarter of the SMs, the full share that starved a
   // rank's last block at world 4 in 2026-11-30.

@@ -17,7 +17,7 @@ struct WorkspaceProbe {
   int64_t ws = 0, lines = 0, parity = 0;
   int format = 0;  // LineFormat
   // TORCH_PURLIN_CUDA_SHARE_GPU: 0 no sharing, >= 1 this rank lets ranks share a GPU (NOTE
-  // [shared GPU]); above 1, TORCH_PURLIN_CUDA_SHARE_GPU_RANKS: the job's ranks on each shared GPU.
+  // [shared GPU]); above 1, the job's ranks on each GPU as this rank derives them.
   int share = 0;
 
   // Fields separated by '\n'; free text hex-encoded.
