@@ -18,7 +18,7 @@ import torch.distributed as dist
 from gpu_harness import gpus_missing, init_purlin_worker, run_ranks_expect_ok, shares_gpu, write_result
 from hf_tp_util import GPU_LOGIT_ATOL, make_reference, tp_run, transformers_missing
 
-WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/device_session.sh NPROC)
+WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu.sh NPROC)
 MISSING = gpus_missing(WORLD) or transformers_missing()
 
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING or "runs")

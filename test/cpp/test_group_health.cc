@@ -4,7 +4,8 @@
 // GroupHealth pairs standing for two ranks of one group in one process (a
 // verdict found on one rank reaches the other through the watcher thread,
 // naming the rank, its global rank and pid; abort() and a shutdown do too;
-// nothing learned is relayed; a probe's finding is published; a dead peer's
+// nothing learned is relayed; a verdict is learned at a call without the
+// watcher; a probe's finding is published; a dead peer's
 // process ends the group), the watcher thread's end with the last group, and
 // the plan cache's bound and eviction rule (NOTE [plan caches]).
 #include <signal.h>
@@ -156,6 +157,22 @@ void verdict_reaches_the_peer() {
   expect(eventually([&] { return threads() == before; }, 500ms), "the watcher thread ends with the last group");
 }
 
+// A collective's start reads the peers' verdict words itself (GroupChannel::check_usable): a call made
+// right after a peer's verdict raises, whether or not a watcher pass came between.
+void verdict_learned_at_the_call() {
+  Pair p;
+  p.init();
+  p.watch();
+  expect(!p.g1->learn_verdicts(p.recs()) && !p.g1->broken(), "healthy peers: nothing learned");
+  p.g0->found_broken("purlin all_reduce on rank 0: timed out");
+  expect(p.g1->learn_verdicts(p.recs()) && p.g1->broken(), "the peer's verdict is learned at the call");
+  expect(has(p.g1->why(), "rank 0 (pid " + std::to_string(getpid()) + ") found the group unusable: purlin all_reduce"),
+         "naming the finder: " + p.g1->why());
+  expect(p.rec(1)->state.load() == kHealthy, "what a rank learned at its call is not relayed");
+  expect(!p.g0->learn_verdicts(p.recs()), "a rank's own verdict is not learned from its record");
+  p.unwatch();
+}
+
 void abort_and_shutdown_reach_the_peer() {
   {
     Pair p;
@@ -244,6 +261,7 @@ int main() {
   liveness_by_pid();
   liveness_by_heartbeat();
   verdict_reaches_the_peer();
+  verdict_learned_at_the_call();
   abort_and_shutdown_reach_the_peer();
   probe_and_late_channel();
   dead_peer_breaks_the_group();

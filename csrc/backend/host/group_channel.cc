@@ -13,6 +13,7 @@ GroupChannel::GroupChannel(int rank, int world, std::chrono::milliseconds timeou
 
 GroupChannel::~GroupChannel() {
   if (watch_id_ >= 0) health_->unwatch(watch_id_);  // before the records are unmapped
+  records_.clear();
   atom_.reset();
 }
 
@@ -23,9 +24,9 @@ void GroupChannel::open(const std::string& purpose, size_t workspace_bytes, size
   atom_ = make_shm_group(purpose, rank_, world_, workspace_bytes, meta_bytes, timeout_, rdv, &health_->signal(),
                          GroupHealth::kRecordBytes,
                          [h, rank](atom::CpuAtom& a) { h->init_record(a.owner_area(rank)); });
-  std::vector<std::byte*> records(world_);
-  for (int r = 0; r < world_; ++r) records[r] = atom_->owner_area(r);
-  watch_id_ = health_->watch(records, std::move(probe));
+  records_.resize(world_);
+  for (int r = 0; r < world_; ++r) records_[r] = atom_->owner_area(r);
+  watch_id_ = health_->watch(records_, std::move(probe));
 }
 
 void GroupChannel::set_timeout(std::chrono::milliseconds t) {

@@ -16,7 +16,7 @@
 //                       the group's break or abort ended raises its text
 //                       (naming the reason) and publishes nothing;
 //   check_usable()      at the start of every collective: once the group
-//                       broke, "purlin <op> on rank R: the group is unusable
+//                       broke (here, or a peer's verdict in its record), "purlin <op> on rank R: the group is unusable
 //                       after an earlier failure: <why>", where why is what
 //                       this engine found itself, else the group's reason.
 #pragma once
@@ -61,9 +61,14 @@ class GroupChannel {
   uint64_t seq() const { return seq_; }
   uint64_t next_seq() { return ++seq_; }  // the arrival value of the next exchange
 
-  // One relaxed load and a size test while the group is usable.
+  // While the group is usable: one relaxed load, a size test and one acquire
+  // load of each peer's verdict word. The peers' words are read here, not
+  // only by the watcher's next pass (up to 50 ms later): a call made right
+  // after a peer published its verdict must not run (a CUDA kernel would
+  // complete on the data that peer staged before it gave up).
   void check_usable(const char* op) const {
-    if (__builtin_expect(!found_.empty() || health_->broken(), 0)) throw_unusable(op);
+    if (__builtin_expect(!found_.empty() || health_->broken() || health_->learn_verdicts(records_), 0))
+      throw_unusable(op);
   }
   bool broken() const { return !found_.empty() || health_->broken(); }
   [[noreturn]] void throw_unusable(const char* op) const;
@@ -93,6 +98,7 @@ class GroupChannel {
   std::chrono::milliseconds timeout_;
   GroupHealth* health_;
   std::unique_ptr<atom::CpuAtom> atom_;
+  std::vector<std::byte*> records_;  // every rank's health record in atom_ (empty until open())
   int watch_id_ = -1;
   uint64_t seq_ = 0;
   std::string found_;  // what this engine found (its setup failure, its own timeout or device error)

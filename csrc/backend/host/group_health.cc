@@ -72,6 +72,19 @@ void GroupHealth::unwatch(int id) {
   if (stop) HealthWatcher::remove(this);
 }
 
+bool GroupHealth::learn_verdicts(const std::vector<std::byte*>& records) {
+  for (size_t r = 0; r < records.size(); ++r) {
+    if (static_cast<int>(r) == rank_) continue;
+    const HealthRecord& rec = *reinterpret_cast<const HealthRecord*>(records[r]);
+    const uint32_t st = rec.state.load(std::memory_order_acquire);  // pairs with write_verdict's release
+    if (__builtin_expect(st < kBroken, 1)) continue;
+    std::lock_guard<std::mutex> g(mu_);
+    if (!signal_.raised()) signal_.raise(verdict_of(static_cast<int>(r), rec, st));
+    return true;
+  }
+  return false;
+}
+
 void GroupHealth::found_broken(const std::string& why) {
   std::lock_guard<std::mutex> g(mu_);
   found_locked(why);

@@ -110,6 +110,11 @@ class GroupHealth {
   void abort();
   // One relaxed load.
   bool broken() const { return signal_.raised(); }
+  // A peer's verdict (kBroken, kAborted, kLeft) in one channel's `records`
+  // (by rank, as watch() took them), read on the caller's thread: raises the
+  // signal with it as the watcher's next pass would, and returns true. One
+  // acquire load per peer while every peer is healthy.
+  bool learn_verdicts(const std::vector<std::byte*>& records);
   // Why the group broke: the reason, or the abort's text.
   std::string why() const;
 
