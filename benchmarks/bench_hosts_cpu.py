@@ -2,7 +2,7 @@
 hierarchical rows say so, NOTE [hierarchical collectives]) against flat gloo over the same ranks.
 
 Each simulated host is a set of rank processes in their own mount and UTS namespaces with a private
-/dev/shm (test/sim_hosts.py; needs root). Across hosts the ranks talk over TCP on 127.0.0.1, so
+/dev/shm (test/support/sim_hosts.py; needs root). Across hosts the ranks talk over TCP on 127.0.0.1, so
 "across hosts" here costs what loopback TCP costs, not what a network does: the times say how the
 two compare on this machine, and the bytes columns what a network would carry.
 

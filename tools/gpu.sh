@@ -41,7 +41,7 @@ if has smoke; then
 fi
 if has suite; then
   PURLIN_GPU_DEADLINE_S="${SUITE_S:-600}" bash test/gpu/run_gpu_suite.sh -l "$LOGS" \
-    ${SUITE_FILES:-$(ls test/test_gpu_*.py)} >"$LOGS/suite.txt" 2>&1
+    ${SUITE_FILES:-$(ls test/gpu/test_*.py test/clients/test_gpu_*.py)} >"$LOGS/suite.txt" 2>&1
   say "suite exit $?"
   grep -E "^(FAILED|ERROR)|passed|failed|BUILD|build:|tests:|error:" "$LOGS/suite.txt" | tail -40 >>"$S"
 fi

@@ -30,7 +30,7 @@ DEVICES = ("cpu", "cuda")                        # the device types purlin serve
 TORCH_DEFAULTS = {"cpu": "gloo", "cuda": "nccl"}  # torch's own entries for them
 DEFAULT_ENV = "TORCH_PURLIN_DEFAULT"             # registered in csrc/common/env.cc
 AUTOLOAD_ENV = "TORCH_PURLIN_AUTOLOAD"           # registered in csrc/common/env.cc
-ENV_DEFAULTS = {DEFAULT_ENV: "", AUTOLOAD_ENV: "1"}  # the registry's defaults (test/test_defaults_cpu.py checks)
+ENV_DEFAULTS = {DEFAULT_ENV: "", AUTOLOAD_ENV: "1"}  # the registry's defaults (test/cpu/test_defaults_cpu.py checks)
 
 
 def _check_devices(devices, what):

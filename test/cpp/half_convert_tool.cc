@@ -1,5 +1,5 @@
 // half_convert_tool.cc — runs half_convert.h over a file, for the torch
-// bit-exactness test in test/test_atom_cpu_native.py.
+// bit-exactness test in test/cpp/test_atom_cpu_native.py.
 //   half_convert_tool narrow f16|bf16 IN OUT   IN: float32 values, OUT: uint16 bits
 //   half_convert_tool widen  f16|bf16 IN OUT   IN: uint16 bits,    OUT: float32 values
 // The loops are the same shape as reduce_cpu's passes (and vectorize the same

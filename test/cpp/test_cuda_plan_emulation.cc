@@ -84,7 +84,7 @@
 // What it does not cover: the CUDA code itself (ptx.cuh, copy.cuh,
 // reduce.cuh, the 16-byte line accesses of flagged_line.cuh, the wide lines' 128-byte
 // group stores and loads of wide_line.cuh and their hardware assumption, the call-tag
-// half of the line flag), which the GPU tests (test/test_gpu_collectives.py)
+// half of the line flag), which the GPU tests (test/gpu/test_gpu_collectives.py)
 // exercise.
 // Build: g++ -std=c++17 -O2 -Icsrc -x c++ csrc/atom/cuda/host/device_plan.cc -x none
 //        csrc/snac/{planner,matched_waits,spec,collectives}.cc csrc/common/types.cc this.cc -pthread

@@ -2,7 +2,7 @@
 // the partition every rank derives from the probes and the opens, its hints and
 // description, the probe's encoding, and the whole exchange between threads of
 // one process (one host; nothing left in /dev/shm, also when a rank never
-// comes). Built and run by test/test_hosts_cpu.py. Links host_map.cc and
+// comes). Built and run by test/cpu/test_hosts_cpu.py. Links host_map.cc and
 // shm_segment.cc only: all_gather (shm_group.h) is defined here, as shm_group.cc
 // does, over the test's in-memory Rendezvous.
 #include <dirent.h>

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # run_gpu_suite.sh — builds torch_purlin in place for the GPUs present and runs GPU test files:
-#   bash test/gpu/run_gpu_suite.sh [-l LOG_DIR] [TEST_FILE ...]      (default: test/test_gpu_collectives.py)
+#   bash test/gpu/run_gpu_suite.sh [-l LOG_DIR] [TEST_FILE ...]      (default: test/gpu/test_gpu_collectives.py)
 # PURLIN_GPU_WORLD ranks (default 2): one per GPU where there are enough GPUs, else the ranks share
 # them under a CUDA MPS daemon this script starts and stops (tools/gpu_env.sh gpu_share).
 # Logs in LOG_DIR (default ./gpu_logs): env.txt (GPUs, topology, versions), build.log, pytest.log and
-# <suite>_rank<r>.jsonl (one line per test case and rank, test/gpu_harness.py).
+# <suite>_rank<r>.jsonl (one line per test case and rank, test/support/gpu_harness.py).
 # PURLIN_GPU_DEADLINE_S bounds the whole run (default 600 s; the tests get what the build left);
 # PURLIN_BUILD_ONLY=1 stops after the build; PURLIN_CUDA_ARCHS overrides the architectures built.
 set -uo pipefail
@@ -44,7 +44,7 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PURLIN_GPU_SUITE_TIMEOUT="${PURLIN_GPU_SUITE_TIMEOUT:-$(( left - 25 ))}" PURLIN_GPU_LOG_DIR="$LOG"
 # timeout signals its whole process group: the test ranks end with it.
 timeout "$(( left - 5 ))" python3 -m pytest -q -p no:cacheprovider -s \
-  "${@:-test/test_gpu_collectives.py}" 2>&1 | tee "$LOG/pytest.log"
+  "${@:-test/gpu/test_gpu_collectives.py}" 2>&1 | tee "$LOG/pytest.log"
 rc=${PIPESTATUS[0]}
 echo "tests: $(( $(date +%s) - t1 )) s, exit $rc"
 exit "$rc"

@@ -19,7 +19,7 @@
 // glibc, reduce_cpu is built twice — baseline (SSE2) and AVX2 — with the whole
 // kernel tree flattened into each, and the loader picks one by CPUID (ifunc).
 // AVX2 doubles bf16 throughput. -DPURLIN_CPU_NO_CLONES builds the baseline only
-// (test/test_atom_cpu_native.py runs the kernel tests both ways).
+// (test/cpp/test_atom_cpu_native.py runs the kernel tests both ways).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__) && \
     !defined(PURLIN_CPU_NO_CLONES)
 #define PURLIN_REDUCE_DISPATCH __attribute__((target_clones("default", "avx2"), flatten))

@@ -1,0 +1,50 @@
+"""The environment-variable tables are the registry's (csrc/common/env.cc): the README lists the
+user-facing variables, docs/TUNING.md the tuning and debugging ones, each exactly once."""
+import os
+import re
+
+from torch_purlin import env_table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def read(*path):
+    with open(os.path.join(ROOT, *path)) as f:
+        return f.read()
+
+
+def listed(text):
+    return re.findall(r"^\| `(TORCH_PURLIN_[A-Z0-9_]+)` \|", text, re.M)
+
+
+def test_readme_env_table_matches_registry():
+    text = read("README.md")
+    assert env_table.render_readme(text) == text, "run: python -m torch_purlin.env_table --readme"
+    for name, _, _ in env_table._C.env_vars():
+        assert name.startswith("TORCH_PURLIN_")
+
+
+def test_tuning_doc_matches_registry():
+    assert read("docs", "TUNING.md") == env_table.render_tuning(), "run: python -m torch_purlin.env_table --tuning"
+
+
+def test_each_variable_is_in_exactly_one_table_by_its_audience():
+    readme, tuning = listed(read("README.md")), listed(read("docs", "TUNING.md"))
+    registry = env_table.variables()
+    assert len(readme) == len(set(readme)) and len(tuning) == len(set(tuning))
+    assert sorted(readme + tuning) == sorted(v[0] for v in registry)
+    for name, default, meaning, audience, across in registry:
+        assert (name in readme) == (audience == "user"), name
+        assert audience in ("user", "tuning") and across in ("equal", "combined", "local"), name
+        assert meaning.strip(), name
+        if across == "combined":  # the rule that combines the ranks' values is stated
+            assert "Ranks may differ" in meaning, name
+        if across == "equal":
+            assert "Equal on every rank" in meaning, name
+    assert 0 < len(readme) <= 10, "the README lists the user-facing variables only"
+
+
+def test_retired_variables_are_not_in_the_registry():
+    names = {v[0] for v in env_table.variables()}
+    for name, instead, _fatal in env_table._C.env_retired():
+        assert name not in names and instead, name
