@@ -60,7 +60,7 @@ def _install_stand_ins():
 def torchtitan_missing():
     """Why torchtitan's llama3 cannot be used here ("" if it can)."""
     if importlib.util.find_spec("torchtitan") is None:
-        return "needs torchtitan 0.2.2 (pip install --no-deps torchtitan==0.2.2 and its pure-Python imports)"
+        return "needs torchtitan 0.2.2 (pip install --no-deps -r requirements-clients.txt)"
     _install_stand_ins()
     try:
         from torchtitan.components.loss import cross_entropy_loss  # noqa: F401

@@ -190,12 +190,35 @@ void abort_and_shutdown_reach_the_peer() {
     Pair p;
     p.init();
     p.watch();
+    // Rank 1 began 2 collectives and left; rank 0 is still in its first (a rooted collective's root
+    // may still consume what rank 1 staged): only its third can never complete.
+    p.g1->begin_call();
+    p.g1->begin_call();
+    p.g0->begin_call();
     p.g1->unwatch(p.id1);
     p.id1 = -1;
-    expect(p.rec(1)->state.load() == kLeft, "a shutdown is published");
-    expect(eventually([&] { return p.g0->broken(); }, 1000ms), "the peer learns the shutdown");
-    expect(has(p.g0->why(), "group rank 1 (global rank 5, pid " + std::to_string(getpid()) + ") shut the group down"),
+    expect(p.rec(1)->state.load() == kLeft && p.rec(1)->calls == 2, "a shutdown is published with its calls");
+    std::this_thread::sleep_for(200ms);
+    expect(!p.g0->broken() && !p.g0->learn_verdicts(p.recs()), "a peer within the leaver's calls goes on");
+    p.g0->begin_call();
+    std::this_thread::sleep_for(200ms);
+    expect(!p.g0->broken() && !p.g0->learn_verdicts(p.recs()), "the leaver's last call is the peer's too");
+    p.g0->begin_call();
+    expect(p.g0->learn_verdicts(p.recs()) && p.g0->broken(), "a call beyond the leaver's breaks at once");
+    expect(has(p.g0->why(), "group rank 1 (global rank 5, pid " + std::to_string(getpid()) +
+                                ") shut the group down (dist.destroy_process_group, or the group was destroyed "
+                                "there) after 2 collectives; this rank began collective 3"),
            p.g0->why());
+    p.unwatch();
+  }
+  {
+    Pair p;  // the watcher finds it too, without a call
+    p.init();
+    p.watch();
+    p.g1->unwatch(p.id1);
+    p.id1 = -1;
+    p.g0->begin_call();
+    expect(eventually([&] { return p.g0->broken(); }, 1000ms), "the peer learns the shutdown from the watcher");
     p.unwatch();
   }
 }

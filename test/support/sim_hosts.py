@@ -100,7 +100,7 @@ def run_hosts(target, hosts, args=None, timeout=120, env=None):
         procs = []
         for h in range(len(hosts)):
             out = os.path.join(tmp, f"host{h}.json")
-            # A session (and process group) of its own per launcher: a timeout kills it with its ranks.
+            # Its own process group (setsid) per launcher: a timeout kills it with its ranks.
             procs.append((h, out, subprocess.Popen([sys.executable, os.path.join(HERE, "sim_hosts.py"), "--host",
                                                     str(h), spec_path, out], start_new_session=True)))
         deadline = time.monotonic() + timeout

@@ -101,7 +101,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
     channel_.mark_broken(err);
     throw std::runtime_error(err);
   }
-  channel_.check_usable(rq.name);
+  channel_.begin_call(rq.name);
   if (!local_error_.empty()) settle_local_error(rq);
   // Every rank's arguments: exchanged on every all_to_all (its splits) and,
   // with NOTE [checked calls], on every collective; else this rank's own,

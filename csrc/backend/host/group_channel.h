@@ -66,9 +66,16 @@ class GroupChannel {
   // only by the watcher's next pass (up to 50 ms later): a call made right
   // after a peer published its verdict must not run (a CUDA kernel would
   // complete on the data that peer staged before it gave up).
+  // begin_call(): the same at the start of a collective, which it counts
+  // (NOTE [group health]: a peer that left breaks the group only for calls
+  // beyond its own).
   void check_usable(const char* op) const {
     if (__builtin_expect(!found_.empty() || health_->broken() || health_->learn_verdicts(records_), 0))
       throw_unusable(op);
+  }
+  void begin_call(const char* op) {
+    health_->begin_call();
+    check_usable(op);
   }
   bool broken() const { return !found_.empty() || health_->broken(); }
   [[noreturn]] void throw_unusable(const char* op) const;

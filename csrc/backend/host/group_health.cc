@@ -63,8 +63,10 @@ void GroupHealth::unwatch(int id) {
     auto it = std::find_if(areas_.begin(), areas_.end(), [id](const Area& a) { return a.id == id; });
     if (it == areas_.end()) return;
     HealthRecord* mine = own(*it);
-    if (getpid() == pid_ && !signal_.raised() && mine->state.load(std::memory_order_relaxed) == kHealthy)
-      mine->state.store(kLeft, std::memory_order_release);
+    if (getpid() == pid_ && !signal_.raised() && mine->state.load(std::memory_order_relaxed) == kHealthy) {
+      mine->calls = calls_.load(std::memory_order_relaxed);
+      mine->state.store(kLeft, std::memory_order_release);  // the count is visible to whoever sees the state
+    }
     areas_.erase(it);
     stop = areas_.empty() && watched_;
     if (stop) watched_ = false;
@@ -77,7 +79,7 @@ bool GroupHealth::learn_verdicts(const std::vector<std::byte*>& records) {
     if (static_cast<int>(r) == rank_) continue;
     const HealthRecord& rec = *reinterpret_cast<const HealthRecord*>(records[r]);
     const uint32_t st = rec.state.load(std::memory_order_acquire);  // pairs with write_verdict's release
-    if (__builtin_expect(st < kBroken, 1)) continue;
+    if (__builtin_expect(st < kBroken, 1) || !breaks_here(rec, st)) continue;
     std::lock_guard<std::mutex> g(mu_);
     if (!signal_.raised()) signal_.raise(verdict_of(static_cast<int>(r), rec, st));
     return true;
@@ -132,7 +134,10 @@ std::string GroupHealth::verdict_of(int rank, const HealthRecord& r, uint32_t st
       return name + " found the group unusable: " + std::string(r.reason, n);
     }
     case kAborted: return name + " aborted the group (abort(), e.g. torch's _abort_process_group)";
-    case kLeft: return name + " shut the group down (dist.destroy_process_group, or the group was destroyed there)";
+    case kLeft:
+      return name + " shut the group down (dist.destroy_process_group, or the group was destroyed there) after " +
+             std::to_string(r.calls) + " collectives; this rank began collective " +
+             std::to_string(calls_.load(std::memory_order_relaxed)) + ", which it never calls";
     default: return name + " left the group in an unknown state " + std::to_string(state);
   }
 }
@@ -152,8 +157,8 @@ void GroupHealth::check(Clock::time_point now) {
       if (r == rank_) continue;
       const HealthRecord& rec = *a.records[r];
       const uint32_t st = rec.state.load(std::memory_order_acquire);
-      if (st >= kBroken) return signal_.raise(verdict_of(r, rec, st));
-      if (!a.peers[r]) continue;
+      if (st >= kBroken && breaks_here(rec, st)) return signal_.raise(verdict_of(r, rec, st));
+      if (st == kLeft || !a.peers[r]) continue;  // a rank that left may end its process: NOTE [group health]
       const std::string gone = a.peers[r]->check(rec.heartbeat.load(std::memory_order_relaxed), now);
       if (!gone.empty()) return signal_.raise(who(r, rec.global_rank, rec.pid) + " is gone: " + gone);
     }

@@ -34,8 +34,15 @@
 // earlier failure: <reason>" (group_channel.h). A collective pays one relaxed
 // load for this (AbortSignal::raised); nothing else runs on its path.
 // A rank that shut the group down (kLeft) had finished every collective it
-// took part in (the CUDA group waits for its last kernel first), so a peer
-// still waiting in that group waits for a call that will never come.
+// took part in (the CUDA group waits for its last kernel first) and records
+// how many it began (`calls`). A peer still in one of those calls can finish
+// it without the rank (a rooted collective's non-root leaves once its data is
+// staged: a reduce's root may still be consuming it), so a peer breaks only
+// once it begins a collective beyond them: one that can never complete. Until
+// then the departed rank's process may also end without breaking the group.
+// Each rank counts its group's collectives (begin_call(), at the start of
+// every native collective of either engine); ranks that make the same calls
+// count alike.
 // Not fork-aware (as shm_segment.h): only the process that made a group
 // writes its records.
 #pragma once
@@ -66,6 +73,7 @@ struct HealthRecord {
   int32_t pid;
   uint64_t start_time;             // process_start_time(0) of the writer
   std::atomic<uint64_t> heartbeat;  // relaxed
+  uint64_t calls;                   // kLeft: the group's collectives the rank began (written before the state)
   uint32_t reason_len;
   char reason[kReasonBytes];        // kBroken: what the rank found (truncated)
 };
@@ -110,6 +118,8 @@ class GroupHealth {
   void abort();
   // One relaxed load.
   bool broken() const { return signal_.raised(); }
+  // A native collective of the group begins (either engine): its count.
+  uint64_t begin_call() { return calls_.fetch_add(1, std::memory_order_relaxed) + 1; }
   // A peer's verdict (kBroken, kAborted, kLeft) in one channel's `records`
   // (by rank, as watch() took them), read on the caller's thread: raises the
   // signal with it as the watcher's next pass would, and returns true. One
@@ -137,7 +147,14 @@ class GroupHealth {
   static void write_verdict(HealthRecord* r, uint32_t state, const std::string& why);
   std::string verdict_of(int rank, const HealthRecord& r, uint32_t state) const;
 
+  // Whether a peer's verdict `state` in `rec` breaks this rank now (kLeft: only
+  // beyond the peer's calls).
+  bool breaks_here(const HealthRecord& rec, uint32_t state) const {
+    return state != kLeft || calls_.load(std::memory_order_relaxed) > rec.calls;
+  }
+
   const int rank_, world_, global_rank_, pid_;
+  std::atomic<uint64_t> calls_{0};  // begin_call(); relaxed: read by this process's watcher only
   AbortSignal signal_;
   mutable std::mutex mu_;  // areas_, the verdict; the watcher's pass holds it
   std::vector<Area> areas_;

@@ -69,7 +69,7 @@ const snac::Plan& HostEngine::plan_for(const Request& rq, const std::vector<Peer
 }
 
 void HostEngine::run(Request& rq) {
-  channel_.check_usable(rq.name);
+  channel_.begin_call(rq.name);
   ensure_atom(rq.name);
   atom::WaitSite site{rq.name, "", channel_.next_seq()};
   const std::vector<PeerMeta> all = channel_.arrive_and_check(rq, site);  // NOTE [arrival]
