@@ -21,49 +21,37 @@ const std::vector<Var>& registry() {
   static const std::vector<Var> vars = {
       // ---- user-facing (README) -------------------------------------------------------------
       {"TORCH_PURLIN_FORCE_FALLBACK", "", A::User, X::Equal, K::List,
-       "Comma list of ops always served by the fallback backend (gloo for CPU tensors, NCCL for CUDA tensors): "
-       "an op name (all_reduce, all_gather_into_tensor, ...) for tensors on any device, cpu:op or cuda:op for one "
-       "device's tensors only, all (or cpu:all, cuda:all) for every op. CPU ops on dtypes gloo does not take "
-       "(int16, complex) stay native. Replaces TORCH_PURLIN_FORCE_NCCL=ops (now cuda:ops). Equal on every rank."},
+       "Comma list of ops always served by the fallback (gloo for CPU tensors, NCCL for CUDA tensors): op (any "
+       "device), cpu:op or cuda:op, all, cpu:all or cuda:all. CPU ops on dtypes gloo lacks (int16, complex) stay "
+       "native. Replaces TORCH_PURLIN_FORCE_NCCL=ops (now cuda:ops)."},
       {"TORCH_PURLIN_DEFAULT", "", A::User, X::Local, K::List,
-       "Comma list of device types (cuda, cpu) for which purlin becomes the backend torch.distributed picks when "
-       "a program names none (init_process_group() without a backend, init_device_mesh, torchtitan): read when "
-       "torch_purlin is imported and, where the package is installed, at `import torch` (NOTE [default backend "
-       "map] in torch_purlin/defaults.py). Same as torch_purlin.set_default(devices). Unset: torch's defaults "
-       "(gloo, nccl) stay."},
+       "Comma list of device types (cuda, cpu) for which purlin becomes the backend torch picks when a program "
+       "names none (init_process_group() without a backend, init_device_mesh, torchtitan), as "
+       "torch_purlin.set_default() does (NOTE [default backend map] in torch_purlin/defaults.py)."},
       {"TORCH_PURLIN_AUTOLOAD", "1", A::User, X::Local, K::Bool,
-       "1: where the package is installed, `import torch` registers \"purlin\" through torch's device-backend "
-       "autoload entry point (the extension itself is loaded at the first purlin group; NOTE [autoload] in "
-       "torch_purlin_autoload.py) and applies TORCH_PURLIN_DEFAULT. 0: the hook does nothing "
-       "(TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns off every such hook of torch)."},
+       "1: where the package is installed, `import torch` registers \"purlin\" (torch's device-backend autoload "
+       "entry point; NOTE [autoload] in torch_purlin_autoload.py) and applies TORCH_PURLIN_DEFAULT. 0: it does "
+       "nothing."},
       {"TORCH_PURLIN_LOG", "1", A::User, X::Local, K::Bool,
        "0 silences the once-per-(op, reason) fallback log lines and the other notices on stderr."},
       {"TORCH_PURLIN_CPU_WORKSPACE_BYTES", "32M", A::User, X::Equal, K::Bytes,
-       "Shared-memory workspace per rank for CPU tensors (two pipelining slots; at least 4K). Larger tensors are "
-       "pipelined in rounds. Equal on every rank (each maps the others' workspaces)."},
+       "Shared-memory workspace per rank for CPU tensors (at least 4K); larger tensors are pipelined in rounds."},
       {"TORCH_PURLIN_CUDA_WORKSPACE_BYTES", "64M", A::User, X::Combined, K::Bytes,
-       "CUDA-IPC workspace per rank and group for CUDA tensors (two pipelining slots; at least 64K). Larger tensors "
-       "are pipelined in rounds. Ranks may differ: the group uses the smallest value any rank asks for."},
+       "CUDA-IPC workspace per rank and group (at least 64K); larger tensors are pipelined in rounds. The group "
+       "uses the smallest value any rank asks for."},
       {"TORCH_PURLIN_CUDA_POOL_BYTES", "4G", A::User, X::Equal, K::Bytes,
-       "Size of the symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory "
-       "every peer maps; collectives read inputs from it in place), allocated on first use. Equal on every rank "
-       "(a block sits at the same offset of every rank's pool)."},
+       "The symmetric pool per rank and group behind torch_purlin.empty() / allocateTensor (CUDA memory every "
+       "peer maps; collectives read it in place), allocated on first use."},
       {"TORCH_PURLIN_CUDA_SHARE_GPU", "0", A::User, X::Equal, K::Bool,
-       "1: ranks of a group may share a GPU (NOTE [shared GPU] in csrc/atom/cuda/host/symmetric_workspace.h): "
-       "their CUDA tensors run on purlin's datapath with at most half an equal share of the SMs per launch (the "
-       "ranks per GPU are derived: the job's ranks on the host over its GPUs, or the group's own where more), "
-       "narrow flagged lines where the format is auto, the protocol table's NCCL rows ignored, and ops that need "
-       "NCCL fail there (NCCL refuses several ranks on one GPU). Run such processes under CUDA MPS, else the GPU "
-       "time-slices them and every collective waits a time slice. 0: a group whose ranks share a GPU sends its "
-       "CUDA tensors to NCCL. Equal on every rank."},
+       "1: ranks of a group may share a GPU (run them under CUDA MPS): their CUDA tensors stay on purlin's "
+       "datapath with a share of the SMs per launch; ops that need NCCL fail there (NCCL refuses such groups). "
+       "0: such a group sends its CUDA tensors to NCCL. NOTE [shared GPU] in "
+       "csrc/atom/cuda/host/symmetric_workspace.h."},
       {"TORCH_PURLIN_CUDA_CHECK_CALLS", "0", A::User, X::Combined, K::Bool,
-       "1: every native CUDA collective first compares its arguments (op, dtype, reduce op, root, sizes) with "
-       "every rank's on the host, through shared memory, and raises naming the rank and what differs before "
-       "anything is launched; the group stays usable. A debugging aid: each call then waits on the host for every "
-       "rank's same call (microseconds when they are in step). Without it the GPU's call tags catch "
-       "mismatched calls that run the same protocol (NOTE [call tags]), while calls whose sizes put ranks on "
-       "different protocols end in the group's timeout. Ranks may differ: on only if every rank sets it (else "
-       "logged once)."},
+       "1 (a debugging aid): every native CUDA collective first compares its arguments with every rank's on the "
+       "host and raises naming the rank and what differs, before anything is launched. Without it the GPU's call "
+       "tags catch mismatched calls on the same protocol (NOTE [call tags]); calls whose sizes put ranks on "
+       "different protocols end at the group's timeout. On only if every rank sets it."},
       // ---- tuning and debugging (docs/TUNING.md) ---------------------------------------------
       {"TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K", A::Tuning, X::Equal, K::BytesList,
        "CPU all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a byte "
