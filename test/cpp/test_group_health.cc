@@ -157,7 +157,7 @@ void verdict_reaches_the_peer() {
   expect(eventually([&] { return threads() == before; }, 500ms), "the watcher thread ends with the last group");
 }
 
-// A collective's start reads the peers' verdict words itself (GroupChannel::check_usable): a call made
+// A collective's start reads the peers' verdict words itself (GroupChannel::begin_call): a call made
 // right after a peer's verdict raises, whether or not a watcher pass came between.
 void verdict_learned_at_the_call() {
   Pair p;

@@ -13,7 +13,6 @@ GroupChannel::GroupChannel(int rank, int world, std::chrono::milliseconds timeou
 
 GroupChannel::~GroupChannel() {
   if (watch_id_ >= 0) health_->unwatch(watch_id_);  // before the records are unmapped
-  records_.clear();
   atom_.reset();
 }
 

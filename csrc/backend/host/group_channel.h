@@ -15,10 +15,12 @@
 //                       std::runtime_error with the wait's text; a wait that
 //                       the group's break or abort ended raises its text
 //                       (naming the reason) and publishes nothing;
-//   check_usable()      at the start of every collective: once the group
-//                       broke (here, or a peer's verdict in its record), "purlin <op> on rank R: the group is unusable
-//                       after an earlier failure: <why>", where why is what
-//                       this engine found itself, else the group's reason.
+//   begin_call()        at the start of every collective, which it counts:
+//                       once the group broke (here, or a peer's verdict in
+//                       its record), "purlin <op> on rank R: the group is
+//                       unusable after an earlier failure: <why>", where why
+//                       is what this engine found itself, else the group's
+//                       reason.
 #pragma once
 
 #include <chrono>
@@ -61,21 +63,17 @@ class GroupChannel {
   uint64_t seq() const { return seq_; }
   uint64_t next_seq() { return ++seq_; }  // the arrival value of the next exchange
 
-  // While the group is usable: one relaxed load, a size test and one acquire
-  // load of each peer's verdict word. The peers' words are read here, not
-  // only by the watcher's next pass (up to 50 ms later): a call made right
-  // after a peer published its verdict must not run (a CUDA kernel would
-  // complete on the data that peer staged before it gave up).
-  // begin_call(): the same at the start of a collective, which it counts
-  // (NOTE [group health]: a peer that left breaks the group only for calls
-  // beyond its own).
-  void check_usable(const char* op) const {
-    if (__builtin_expect(!found_.empty() || health_->broken() || health_->learn_verdicts(records_), 0))
-      throw_unusable(op);
-  }
+  // The start of a collective: counts it (NOTE [group health]: a peer that
+  // left breaks the group only for calls beyond its own), then, while the
+  // group is usable, one relaxed load, a size test and one acquire load of
+  // each peer's verdict word. The peers' words are read here, not only by the
+  // watcher's next pass (up to 50 ms later): a call made right after a peer
+  // published its verdict must not run (a CUDA kernel would complete on the
+  // data that peer staged before it gave up).
   void begin_call(const char* op) {
     health_->begin_call();
-    check_usable(op);
+    if (__builtin_expect(!found_.empty() || health_->broken() || health_->learn_verdicts(records_), 0))
+      throw_unusable(op);
   }
   bool broken() const { return !found_.empty() || health_->broken(); }
   [[noreturn]] void throw_unusable(const char* op) const;

@@ -31,8 +31,9 @@
 // millisecond and the device waits through their abort words (NOTE [device
 // abort]), each error naming that reason and what this rank was waiting for;
 // every later collective of the group raises "the group is unusable after an
-// earlier failure: <reason>" (group_channel.h). A collective pays one relaxed
-// load for this (AbortSignal::raised); nothing else runs on its path.
+// earlier failure: <reason>" (group_channel.h). A collective pays for this a
+// relaxed increment of its count, one relaxed load (AbortSignal::raised) and
+// one acquire load of each peer's state word; nothing else runs on its path.
 // A rank that shut the group down (kLeft) had finished every collective it
 // took part in (the CUDA group waits for its last kernel first) and records
 // how many it began (`calls`). A peer still in one of those calls can finish
