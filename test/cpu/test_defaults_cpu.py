@@ -234,3 +234,15 @@ def test_autoload_never_breaks_import_torch(paths):
     assert rc != 0 and field(so, "REGISTERED") == "True" and field(so, "CPU_BACKEND") is None, so + se
     assert se.count("torch_purlin: the autoload hook") == 1, se
     assert "ValueError: purlin: rank 0 of 1: TORCH_PURLIN_DEFAULT='cpu,tpu'" in se and "not ['tpu']" in se, se
+
+
+def test_run_launcher_without_torchrun_says_so(tmp_path):
+    # A program that reads its rank from torchrun's environment, started without torchrun: the error says how.
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(PYTHONPATH=ROOT, TORCH_PURLIN_AUTOLOAD="0")
+    r = subprocess.run([sys.executable, "-m", "torch_purlin.run", "--devices", "cpu", str(script)], env=env,
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "start it under torchrun" in r.stderr, r.stderr
+    assert f"torchrun --nproc-per-node=2 -m torch_purlin.run {script}" in r.stderr, r.stderr
