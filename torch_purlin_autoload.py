@@ -10,8 +10,8 @@ NOTE [autoload]
 torch runs the hook near the end of its own import and turns any exception into a failed
 `import torch`. So the hook never raises: whatever goes wrong becomes one warning and purlin
 is simply not registered; but a bad TORCH_PURLIN_DEFAULT (a request the program
-would otherwise silently not get) is raised by every group made without a named
-backend (defaults.apply_env). It also never loads the compiled extension: it registers a creator
+would otherwise silently not get) makes purlin the default and every purlin group
+raise it (defaults.apply_env). It also never loads the compiled extension: it registers a creator
 that loads it when the first purlin group is made. An extension built against another torch
 (or not built) therefore cannot break `import torch`; it fails, with its reason, where purlin
 was asked for. The hook reads torch_purlin/defaults.py by its path instead of importing the
@@ -54,7 +54,7 @@ def autoload():
         if not _warned:
             _warned = True
             deferred = defaults is not None and defaults._env_error is e
-            unchanged = ("every group made without a named backend raises it" if deferred
+            unchanged = ("purlin is the default backend now and every purlin group raises it" if deferred
                          else "torch's default backends are unchanged")
             warnings.warn(f"torch_purlin: the autoload hook stopped: {type(e).__name__}: {e}; {unchanged} "
                           "(TORCH_PURLIN_AUTOLOAD=0 turns the hook off)", RuntimeWarning, stacklevel=2)
