@@ -9,7 +9,9 @@ hook off; TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns off every such hook (torch's own
 NOTE [autoload]
 torch runs the hook near the end of its own import and turns any exception into a failed
 `import torch`. So the hook never raises: whatever goes wrong becomes one warning and purlin
-is simply not registered. It also never loads the compiled extension: it registers a creator
+is simply not registered; but a bad TORCH_PURLIN_DEFAULT (a request the program
+would otherwise silently not get) makes purlin the default and every purlin group
+raise it (defaults.apply_env). It also never loads the compiled extension: it registers a creator
 that loads it when the first purlin group is made. An extension built against another torch
 (or not built) therefore cannot break `import torch`; it fails, with its reason, where purlin
 was asked for. The hook reads torch_purlin/defaults.py by its path instead of importing the
@@ -39,6 +41,7 @@ def autoload():
     global _warned
     if os.environ.get("TORCH_PURLIN_AUTOLOAD", "1").strip() == "0":
         return
+    defaults = None
     try:
         import torch.distributed as dist
 
@@ -46,9 +49,12 @@ def autoload():
             return
         defaults = _load_defaults()
         defaults.register_lazily()
-        defaults.apply_env()
+        defaults.apply_env(defer_errors=True)
     except Exception as e:  # noqa: BLE001 — see NOTE [autoload]
         if not _warned:
             _warned = True
-            warnings.warn(f"torch_purlin: the autoload hook stopped: {type(e).__name__}: {e}; torch's default "
-                          "backends are unchanged (TORCH_PURLIN_AUTOLOAD=0 turns the hook off)", RuntimeWarning, stacklevel=2)
+            deferred = defaults is not None and defaults._env_error is e
+            unchanged = ("purlin is the default backend now and every purlin group raises it" if deferred
+                         else "torch's default backends are unchanged")
+            warnings.warn(f"torch_purlin: the autoload hook stopped: {type(e).__name__}: {e}; {unchanged} "
+                          "(TORCH_PURLIN_AUTOLOAD=0 turns the hook off)", RuntimeWarning, stacklevel=2)

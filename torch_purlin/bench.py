@@ -385,14 +385,14 @@ def parse_args(argv):
     add("--mode", choices=("eager", "graph", "both"), help="default eager")
     add("--warm-up-s", type=float, default=0.3,
         help="seconds of GPU work, then one untimed cell per impl and mode, before the first cell "
-             "(0: neither; NOTE [warm-up cell]); default 0.3")
+             "(0: neither); default 0.3")
     add("--eager-passes", type=int, default=2,
         help="eager mode: measure each size this many times, the impls in alternating order, and keep each "
-             "impl's fastest pass (NOTE [eager passes]); default 2")
+             "impl's fastest pass; default 2")
     add("--graph-ops", type=int, default=GRAPH_OPS, help=f"collectives per captured graph; default {GRAPH_OPS}")
     add("--graph-timing", choices=("queued", "replay"), default="queued",
         help="queued (default): the host queues the timed replays while the GPU sleeps, so they run back to back; "
-        "replay: as launched, launch gaps included (NOTE [queued graph timing])")
+        "replay: as launched, launch gaps included")
     place = p.add_mutually_exclusive_group()
     place.add_argument("--inplace", dest="place", action="store_const", const="in-place")
     place.add_argument("--out-of-place", dest="place", action="store_const", const="out-of-place")

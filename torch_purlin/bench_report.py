@@ -264,9 +264,9 @@ class Printer:
                "(torch_purlin.last_launch; ? = not reported)"]
               if args.device.type == "cuda" and kinds & set(PURLIN_KINDS) else []),
             "- time(us): median over iterations on each rank, max over ranks; on CUDA an eager iteration is a batch of "
-            "back-to-back calls (iters / 5 per batch, time per call; NOTE [eager timing] in bench.py), a graph "
+            "back-to-back calls (iters / 5 per batch, time per call), a graph "
             f"iteration one replay of {m['graph_ops']} captured calls, "
-            + ("the replays queued while the GPU slept, so they ran back to back (NOTE [queued graph timing])"
+            + ("the replays queued while the GPU slept, so they ran back to back"
                if m["graph_timing"] == "queued" else "each replay as launched (launch gaps included)"),
             f"- env: {' '.join(f'{k}={x}' for k, x in env.items()) or 'none of ' + '*, '.join(ENV_PREFIXES)}",
             *[f"- note: {x}" for x in m["notes"]], ""]))

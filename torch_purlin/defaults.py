@@ -17,10 +17,21 @@ this way (torchtitan). `register_backend(..., devices=[...])` only fills entries
 missing, and cpu and cuda always have one (gloo, nccl), so registering purlin changes
 nothing there; set_default() replaces the entries. unset_default() puts torch's own back.
 
+NOTE [groups made from the default map]
+torch records a group made without a named backend as backend "undefined" and gives its
+ProcessGroup torch's default type (gloo's) as its default backend type; purlin is
+registered under the type "custom". dist.get_backend() then says "undefined", and
+destroy_process_group() warns on every rank that no backend of that type exists. So once
+set_default() was called, a group whose every device backend is purlin is recorded as
+"purlin" with purlin's type as the default, right after torch made it
+(_name_default_map_groups, around torch's group-making helper); other groups are left as
+torch made them.
+
 This file imports nothing of the compiled extension: torch_purlin_autoload.py loads it
 alone while torch itself is being imported (NOTE [autoload]), so it must stay pure Python
 on top of torch.distributed.
 """
+import functools
 import os
 
 import torch.distributed as dist
@@ -43,8 +54,13 @@ def _check_devices(devices, what):
     return devices
 
 
+_env_error = None  # a bad TORCH_PURLIN_DEFAULT met by the autoload hook (apply_env(defer_errors=True))
+
+
 def _create_lazily(dist_opts, backend_opts):
     """The creator registered before the extension is loaded: loads it at the first purlin group."""
+    if _env_error is not None:
+        raise ValueError(f"purlin: rank {dist_opts.group_rank} of {dist_opts.group_size}: {_env_error}")
     try:
         from torch_purlin import registration
     except ImportError as e:
@@ -76,7 +92,41 @@ def set_default(devices=("cuda", "cpu")):
     previous = {d: table.get(d) for d in devices}
     for d in devices:
         table[d] = BACKEND_NAME
+    _name_default_map_groups()
     return previous
+
+
+def _name_default_map_groups():
+    """NOTE [groups made from the default map]: wraps torch's group-making helper once."""
+    c10d = dist.distributed_c10d
+    helper = getattr(c10d, "_new_process_group_helper", None)
+    if helper is None or getattr(helper, "_purlin_names_groups", False):
+        return
+
+    @functools.wraps(helper)
+    def make_group(*args, **kwargs):
+        made = helper(*args, **kwargs)
+        try:
+            _name_if_purlin(made[0])
+        except Exception:  # noqa: BLE001  a torch without these internals keeps its own naming
+            pass
+        return made
+
+    make_group._purlin_names_groups = True
+    c10d._new_process_group_helper = make_group
+
+
+def _name_if_purlin(pg):
+    c10d = dist.distributed_c10d
+    entry = c10d._world.pg_map.get(pg)
+    if entry is None or str(entry[0]) != dist.Backend.UNDEFINED:
+        return
+    config = str(c10d._world.pg_backend_config.get(pg, ""))
+    backends = {pair.split(":")[-1].strip() for pair in config.split(",") if pair.strip()}
+    if backends != {BACKEND_NAME}:
+        return
+    c10d._world.pg_map[pg] = (dist.Backend(BACKEND_NAME), entry[1])
+    pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
 
 
 def unset_default(devices=DEVICES):
@@ -100,9 +150,20 @@ def devices_from_env():
     return _check_devices(items, f"{DEFAULT_ENV}={value!r}")
 
 
-def apply_env():
-    """set_default() for the devices TORCH_PURLIN_DEFAULT names; returns them."""
-    devices = devices_from_env()
+def apply_env(defer_errors=False):
+    """set_default() for the devices TORCH_PURLIN_DEFAULT names; returns them. A bad value raises
+    ValueError; with `defer_errors` (the autoload hook, which must not raise: NOTE [autoload]) purlin
+    becomes the default for every device type instead and every purlin group, those made from the
+    default map included, raises that error: a program never runs on a backend it did not ask for."""
+    global _env_error
+    try:
+        devices = devices_from_env()
+    except ValueError as e:
+        if not defer_errors:
+            raise
+        _env_error = e
+        set_default(DEVICES)
+        raise
     if devices:
         set_default(devices)
     return devices

@@ -73,17 +73,25 @@ def register():
     dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
+def unwrap(backend):
+    """The backend inside torch's wrappers: with TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps every
+    backend in a _ProcessGroupWrapper (its collective checks run on a gloo helper group, then the call
+    goes to the wrapped backend), exposed as `wrapped_pg`; wrappers may nest."""
+    seen = 0
+    while not isinstance(backend, _C.PurlinBackend) and hasattr(backend, "wrapped_pg") and seen < 16:
+        backend, seen = backend.wrapped_pg, seen + 1
+    return backend
+
+
 def get_purlin_backend(group=None, device="cpu"):
-    """The PurlinBackend serving `device` tensors in `group` (default group if None)."""
+    """The PurlinBackend serving `device` tensors in `group` (default group if None), also behind
+    torch's wrappers (TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
     import torch
 
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    backend = pg._get_backend(torch.device(device))
+    backend = unwrap(pg._get_backend(torch.device(device)))
     if not isinstance(backend, _C.PurlinBackend):
-        raise RuntimeError(
-            f"purlin: the group's {device} backend is {type(backend).__name__}, not purlin "
-            "(with TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps backends; run custom collectives without it)"
-        )
+        raise RuntimeError(f"purlin: the group's {device} backend is {type(backend).__name__}, not purlin")
     return backend
 
 

@@ -27,10 +27,11 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_DEFAULT", "", A::User, X::Local, K::List,
        "Comma list of device types (cuda, cpu) for which purlin becomes the backend torch picks when a program "
        "names none (init_process_group() without a backend, init_device_mesh, torchtitan), as "
-       "torch_purlin.set_default() does (NOTE [default backend map] in torch_purlin/defaults.py)."},
+       "torch_purlin.set_default() does. A bad value raises (at the first purlin group where the autoload hook "
+       "read it)."},
       {"TORCH_PURLIN_AUTOLOAD", "1", A::User, X::Local, K::Bool,
        "1: where the package is installed, `import torch` registers \"purlin\" (torch's device-backend autoload "
-       "entry point; NOTE [autoload] in torch_purlin_autoload.py) and applies TORCH_PURLIN_DEFAULT. 0: it does "
+       "entry point; the extension loads at the first purlin group) and applies TORCH_PURLIN_DEFAULT. 0: it does "
        "nothing."},
       {"TORCH_PURLIN_LOG", "1", A::User, X::Local, K::Bool,
        "0 silences the once-per-(op, reason) fallback log lines and the other notices on stderr."},
@@ -45,12 +46,11 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_SHARE_GPU", "0", A::User, X::Equal, K::Bool,
        "1: ranks of a group may share a GPU (run them under CUDA MPS): their CUDA tensors stay on purlin's "
        "datapath with a share of the SMs per launch; ops that need NCCL fail there (NCCL refuses such groups). "
-       "0: such a group sends its CUDA tensors to NCCL. NOTE [shared GPU] in "
-       "csrc/atom/cuda/host/symmetric_workspace.h."},
+       "0: such a group sends its CUDA tensors to NCCL."},
       {"TORCH_PURLIN_CUDA_CHECK_CALLS", "0", A::User, X::Combined, K::Bool,
        "1 (a debugging aid): every native CUDA collective first compares its arguments with every rank's on the "
        "host and raises naming the rank and what differs, before anything is launched. Without it the GPU's call "
-       "tags catch mismatched calls on the same protocol (NOTE [call tags]); calls whose sizes put ranks on "
+       "tags catch mismatched calls on the same protocol; calls whose sizes put ranks on "
        "different protocols end at the group's timeout. On only if every rank sets it."},
       // ---- tuning and debugging (docs/TUNING.md) ---------------------------------------------
       {"TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K", A::Tuning, X::Equal, K::BytesList,
@@ -133,10 +133,10 @@ const std::vector<Retired>& retired() {
       {"TORCH_PURLIN_FORCE_NCCL", "TORCH_PURLIN_FORCE_FALLBACK=cuda:<op>,... (it was folded into that variable)",
        true},
       {"TORCH_PURLIN_CUDA_SHARE_GPU_RANKS",
-       "nothing: the ranks per GPU are derived (NOTE [shared GPU]); the variable is ignored", false},
-      {"TORCH_PURLIN_CUDA_PUSH", "nothing: collectives always push (NOTE [push]); the variable is ignored", false},
+       "nothing: the ranks per GPU are derived from the group; the variable is ignored", false},
+      {"TORCH_PURLIN_CUDA_PUSH", "nothing: collectives always push; the variable is ignored", false},
       {"TORCH_PURLIN_CUDA_MATCHED_WAITS",
-       "nothing: plan-kernel waits are always matched (NOTE [matched waits]); the variable is ignored", false},
+       "nothing: plan-kernel waits are always matched; the variable is ignored", false},
   };
   return vars;
 }

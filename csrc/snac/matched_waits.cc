@@ -107,7 +107,7 @@ void mark_matched_waits(std::vector<Plan>* plans, int rank) {
         w.peer = key.first;
         w.flag = static_cast<Flag>(key.second);
         w.value = values.first;
-        w.phase = "catch up: wait for every worker of the peer (NOTE [matched waits])";
+        w.phase = "catch up: wait for every worker of the peer";
         w.round = op.round;
         ops.push_back(w);
         values.second = values.first;

@@ -341,11 +341,24 @@ class KilledRankTest(DistTestCase):
 
 class DebugDetailTest(DistTestCase):
     WORLD_SIZE = 2
+    DEBUG_DETAIL = True
 
-    def init_pg(self):
-        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
-        dist.set_debug_level_from_env()  # torch read the variable at import
-        super().init_pg()
+    # torch_purlin's own API (counters, run_spec, interleaved_all_gather) finds purlin behind the wrapper.
+    test_custom_interleaved_all_gather = BackendCpuTest.test_custom_interleaved_all_gather
+
+    @spawned
+    def test_purlin_apis_find_purlin_behind_torchs_wrapper(self):
+        wrapper = dist.group.WORLD._get_backend(torch.device("cpu"))
+        self.assertEqual(type(wrapper).__name__, "_ProcessGroupWrapper")
+        backend = torch_purlin.get_purlin_backend()
+        self.assertIsInstance(backend, torch_purlin._C.PurlinBackend)
+        self.assertIs(torch_purlin.registration.unwrap(wrapper), backend)
+        inputs = [make_input(self.next_seed(), r, (1025,), torch.float64) for r in range(self.world_size)]
+        x = inputs[self.rank].clone()
+        dist.all_reduce(x)
+        self.assertTrue(torch.equal(x, inputs[0] + inputs[1]))  # two ranks: one addition, exact
+        self.assertEqual(torch_purlin.counters()["all_reduce"], (1, 0))  # torch's checks ran on its helper group
+        dist.barrier()
 
     @spawned
     def test_detail_mode_reports_mismatched_collectives(self):

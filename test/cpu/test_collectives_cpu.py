@@ -172,6 +172,15 @@ class TestCollectivesWorld8(CollectiveTests, DistTestCase):
     SIZES = (1, 7, 1025)
 
 
+class TestCollectivesDebugDetail(CollectiveTests, DistTestCase):
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL: torch wraps purlin in its ProcessGroupWrapper, which checks every
+    call's op, shapes and dtypes on a gloo helper group first; every collective still runs on purlin."""
+
+    WORLD_SIZE = 3
+    DEBUG_DETAIL = True
+    SIZES = (0, 7, 1025)
+
+
 class TestCollectivesSmallWorkspace(CollectiveTests, DistTestCase):
     """64 KiB per-rank workspace: every size from 16385 elements up is pipelined."""
 

@@ -9,7 +9,8 @@
   `import torch` registers purlin without loading the extension; TORCH_PURLIN_DEFAULT applies
   then; TORCH_PURLIN_AUTOLOAD=0 and TORCH_DEVICE_BACKEND_AUTOLOAD=0 turn it off; a torch_purlin
   that cannot be loaded (an extension built against another torch) never breaks `import torch`
-  and fails, naming why, only where a purlin group is made; a bad TORCH_PURLIN_DEFAULT warns once.
+  and fails, naming why, only where a purlin group is made; a bad TORCH_PURLIN_DEFAULT warns once
+  at `import torch` and is raised by every purlin group, those made without a named backend included.
 
     python -m pytest test/cpu/test_defaults_cpu.py -q
 """
@@ -50,6 +51,7 @@ RANK_SCRIPT = textwrap.dedent('''
         dist.init_process_group(init_method="file://" + init, rank=rank, world_size=world)
     kind = type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__
     print("CPU_BACKEND", kind, flush=True)
+    print("GET_BACKEND", dist.get_backend(), flush=True)
     g = torch.Generator().manual_seed(17)
     every = [torch.randint(-1000, 1000, (4099,), generator=g).float() for _ in range(world)]
     x = every[rank].clone()
@@ -135,6 +137,11 @@ def expect(results, backend, registered="True", cpu_map=None, loaded="False"):
         where = f"rank {rank}: rc {rc}\n{so}\n{se[-3000:]}"
         assert rc == 0 and field(so, "OK") is not None, where
         assert field(so, "CPU_BACKEND") == backend, where
+        # a purlin group names its backend, also when made from the default map (NOTE [groups made from
+        # the default map]), and its end warns of no missing backend
+        if backend == "PurlinBackend":
+            assert field(so, "GET_BACKEND") == "purlin", where
+        assert "No backend of type" not in se, where
         assert field(so, "LOADED_AT_IMPORT") == loaded, where
         if registered is not None:
             assert field(so, "REGISTERED") == registered, where
@@ -221,7 +228,21 @@ def test_autoload_never_breaks_import_torch(paths):
     [(rc, so, se)] = run_ranks(paths, "purlin", world=1, autoload=True, broken=True)
     assert rc != 0 and "torch_purlin cannot be loaded" in se and "undefined symbol" in se, so + se
     assert "rebuilt against this one" in se, se
-    # A bad TORCH_PURLIN_DEFAULT: one warning, nothing raised, torch's default kept.
+    # A bad TORCH_PURLIN_DEFAULT: `import torch` works with one warning; a group made from the default
+    # map raises, naming the value, instead of running on another backend than the one asked for.
     [(rc, so, se)] = run_ranks(paths, "default", world=1, autoload=True, TORCH_PURLIN_DEFAULT="cpu,tpu")
-    assert rc == 0 and field(so, "CPU_BACKEND") == "ProcessGroupGloo" and field(so, "MAP") == "gloo", so + se
-    assert se.count("torch_purlin: the autoload hook") == 1 and "tpu" in se, se
+    assert rc != 0 and field(so, "REGISTERED") == "True" and field(so, "CPU_BACKEND") is None, so + se
+    assert se.count("torch_purlin: the autoload hook") == 1, se
+    assert "ValueError: purlin: rank 0 of 1: TORCH_PURLIN_DEFAULT='cpu,tpu'" in se and "not ['tpu']" in se, se
+
+
+def test_run_launcher_without_torchrun_says_so(tmp_path):
+    # A program that reads its rank from torchrun's environment, started without torchrun: the error says how.
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(PYTHONPATH=ROOT, TORCH_PURLIN_AUTOLOAD="0")
+    r = subprocess.run([sys.executable, "-m", "torch_purlin.run", "--devices", "cpu", str(script)], env=env,
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "start it under torchrun" in r.stderr, r.stderr
+    assert f"torchrun --nproc-per-node=2 -m torch_purlin.run {script}" in r.stderr, r.stderr

@@ -2,7 +2,8 @@
 
 Bad input must raise RuntimeError on every rank, quickly, with a message that
 names the op, the reporting rank and the reason; the group must then still
-run the next, correct collective. A missing peer must make the others raise
+run the next, correct collective; torch_purlin.counters() does not count the
+refused call. A missing peer must make the others raise
 "timed out" naming that peer once the group timeout has passed.
 
     python -m pytest test/cpu/test_errors_cpu.py -q
@@ -28,16 +29,23 @@ class TestBadInput(DistTestCase):
 
     def expect_error(self, run, op, *reasons):
         """run() must raise RuntimeError naming op (regex), this rank, and every reason (regex)."""
+        native_before = self.native_calls()
         start = time.monotonic()
         with self.assertRaises(RuntimeError, msg=f"rank {self.rank}: {op} did not raise") as cm:
             run()
         msg = str(cm.exception)
         elapsed = time.monotonic() - start
+        # a call refused for its arguments ran nothing: counters() does not count it
+        self.assertEqual(self.native_calls(), native_before, f"rank {self.rank}: a refused {op} was counted")
         self.assertLess(elapsed, 10.0, f"rank {self.rank}: {op} took {elapsed:.1f}s to fail: {msg}")
         for pattern in (op, rf"rank[\s=:\[]*{self.rank}\b") + reasons:
             self.assertRegex(msg, re.compile(pattern, re.I),
                              f"rank {self.rank}: message lacks /{pattern}/")
         self.check_group_works()
+
+    def native_calls(self):
+        import torch_purlin
+        return sum(native for native, _ in torch_purlin.counters().values())
 
     def check_group_works(self):
         t = torch.full((1025,), float(self.rank + 1))

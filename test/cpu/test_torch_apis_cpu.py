@@ -101,5 +101,11 @@ class TorchApisCpuTest(DistTestCase):
             shutil.rmtree(path, ignore_errors=True)
 
 
+class TorchApisCpuDebugDetailTest(TorchApisCpuTest):
+    """The same under TORCH_DISTRIBUTED_DEBUG=DETAIL: torch's ProcessGroupWrapper around the backend."""
+
+    DEBUG_DETAIL = True
+
+
 if __name__ == "__main__":
     run_tests()

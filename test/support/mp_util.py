@@ -274,13 +274,14 @@ def assert_reduced(out, inputs, op, ctx):
 class DistTestCase(MultiProcessTestCase):
     """One process per rank (spawned, FileStore rendezvous), group built by init_pg.
 
-    Subclasses set WORLD_SIZE, PG_TIMEOUT and WORKSPACE_BYTES; test bodies are
+    Subclasses set WORLD_SIZE, PG_TIMEOUT, WORKSPACE_BYTES and DEBUG_DETAIL; test bodies are
     decorated with @spawned, which builds the group first.
     """
 
     WORLD_SIZE = 2
     PG_TIMEOUT = timedelta(seconds=60)
     WORKSPACE_BYTES = None  # exported as TORCH_PURLIN_CPU_WORKSPACE_BYTES before init
+    DEBUG_DETAIL = False    # True: the ranks run with TORCH_DISTRIBUTED_DEBUG=DETAIL (torch wraps the backend)
 
     @property
     def world_size(self):
@@ -306,6 +307,9 @@ class DistTestCase(MultiProcessTestCase):
         torch.set_num_threads(1)
         if self.WORKSPACE_BYTES is not None:
             os.environ[WORKSPACE_ENV] = str(self.WORKSPACE_BYTES)
+        if self.DEBUG_DETAIL:
+            os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+            dist.set_debug_level_from_env()  # torch read the variable at its import
         if BACKEND == "purlin":
             import torch_purlin  # noqa: F401  registers the "purlin" backend
         store = dist.FileStore(self.file_name, self.world_size)

@@ -49,3 +49,18 @@ def test_retired_variables_are_not_in_the_registry():
     names = {v[0] for v in env_table.variables()}
     for name, instead, _fatal in env_table._C.env_retired():
         assert name not in names and instead, name
+
+
+def test_user_facing_text_sends_no_one_to_note_names():
+    # NOTE [...] blocks explain the code to its readers; users read the README, the variables' texts
+    # (README table, retired-variable messages) and --help.
+    import subprocess
+    import sys
+    assert "NOTE [" not in read("README.md")
+    for name, _, meaning, audience, _ in env_table.variables():
+        assert audience != "user" or "NOTE [" not in meaning, name
+    for name, instead, _fatal in env_table._C.env_retired():
+        assert "NOTE [" not in instead, name
+    r = subprocess.run([sys.executable, "-m", "torch_purlin.run", "--help"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "torchrun" in r.stdout and "NOTE [" not in r.stdout, r.stdout + r.stderr

@@ -3,6 +3,7 @@
 #include "backend/c10d/purlin_backend.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <ATen/core/ivalue.h>
 
 #include "backend/c10d/coalesced_work.h"
@@ -121,7 +122,7 @@ std::string PurlinBackend::fallback_reason(const std::string& op, const std::vec
       if (from <= 0 || table_bytes < from) return "";
       if (by_table) *by_table = true;
       return "NCCL measured faster from " + std::to_string(from) +
-             " bytes (the protocol table, TORCH_PURLIN_CUDA_NCCL_FROM; NOTE [protocol table])";
+             " bytes (the protocol table, TORCH_PURLIN_CUDA_NCCL_FROM in docs/TUNING.md)";
     }
     if (!t.device().is_cpu()) return std::string("tensors on ") + t.device().str() + " are not supported natively";
     DType d;
@@ -202,16 +203,27 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::endCoalescing() {
   return c10::make_intrusive<CoalescedWork>(std::move(works));
 }
 
+// A call counts as native once it passed the argument checks: one refused there
+// (std::invalid_argument: this rank's or a peer's argument error, raised on
+// every rank before anything ran) is not counted; one that ran and failed is.
 c10::intrusive_ptr<c10d::Work> PurlinBackend::run_native(Request& rq, const std::vector<at::Tensor>& outputs) {
   ++seq_;
-  fallback_.count_native(rq.name);
   try {
     try {
-      if (cuda_ && cuda_->active()) return coalesced(cuda_->run(rq, outputs));  // PURLIN-CUDA hook
+      if (cuda_ && cuda_->active()) {  // PURLIN-CUDA hook
+        auto work = cuda_->run(rq, outputs);
+        fallback_.count_native(rq.name);
+        return coalesced(work);
+      }
       host().run(rq);
+      fallback_.count_native(rq.name);
     } catch (const c10::Error&) {
+      fallback_.count_native(rq.name);
       throw;
+    } catch (const std::invalid_argument& e) {
+      TORCH_CHECK(false, e.what(), ctx_->legend());  // refused: not counted
     } catch (const std::exception& e) {
+      fallback_.count_native(rq.name);
       TORCH_CHECK(false, e.what(), ctx_->legend());  // messages name group ranks: say which global ones
     }
   } catch (...) {

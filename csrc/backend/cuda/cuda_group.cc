@@ -61,7 +61,7 @@ std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout
   os << "purlin " << cu::interned_name(e.op_name) << " on rank " << e.rank << ": ";
   if (e.kind == cu::kCallTag && checked_calls) {
     // NOTE [checked calls] found the arguments equal: say what it compared, and what else the tag covers.
-    os << "rank " << e.peer << " called this collective with another call tag than this rank (NOTE [call tags]), "
+    os << "rank " << e.peer << " called this collective with another call tag than this rank, "
        << "although TORCH_PURLIN_CUDA_CHECK_CALLS compared every rank's arguments on the host before the launch "
        << "(collective, dtype, reduce op, root, element counts, split sizes, custom spec) and found them equal. So the "
        << "difference is in what the call tag covers beyond the arguments: whether each rank's input or output is in "
@@ -73,8 +73,8 @@ std::string describe(const cu::ErrorRecord& e, std::chrono::milliseconds timeout
   if (e.kind == cu::kCallTag) {
     os << "rank " << e.peer << " called this collective with other arguments than this rank (element count, "
        << "dtype, reduce op, root, split sizes, or its input is not at the same place of the symmetric pool; also "
-       << "when only some ranks passed tensors from the symmetric pool or in-place tensors, which changes the plan: "
-       << "NOTE [call tags], [zero-copy in place]); nothing of rank " << e.peer << "'s data was read. The group is "
+       << "when only some ranks passed tensors from the symmetric pool or in-place tensors, which changes the plan); "
+       << "nothing of rank " << e.peer << "'s data was read. The group is "
        << "unusable: destroy it and create a new one.";
     return os.str();
   }

@@ -35,7 +35,7 @@ void CudaGroup::ce_check(const Request& rq, uint64_t sig) {
     if (all[r] != all[rank_])
       throw std::invalid_argument(error_prefix(rq.name, rank_) + "rank " + std::to_string(r) +
                                   " called this collective with other arguments (copy engine: another Spec, dtype "
-                                  "or pool offsets; NOTE [copy-engine call check]); nothing was enqueued");
+                                  "or pool offsets); nothing was enqueued");
 }
 
 // NOTE [one-sided local errors] A CUDA collective's local argument checks

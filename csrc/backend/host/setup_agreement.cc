@@ -103,8 +103,8 @@ std::string agree_on_settings(const Rendezvous& rdv, const std::string& key, int
     std::map<std::string, std::vector<int>> by_value;  // normalized value -> ranks
     for (int r = 0; r < world; ++r) by_value[all[r].normalized[i]].push_back(r);
     if (by_value.size() == 1) continue;
-    std::string line = std::string(equal[i]->name) + " must be equal on every rank of the group (NOTE [settings "
-                       "across ranks]) but differs:";
+    std::string line = std::string(equal[i]->name) + " must be equal on every rank of the group (the "
+                       "\"across ranks\" column of the README's and docs/TUNING.md's tables) but differs:";
     bool first = true;
     for (const auto& [value, ranks] : by_value) {
       const Record& rec = all[ranks[0]];

@@ -82,7 +82,7 @@ std::string CopyEngineAtom::refusal(cudaStream_t stream) const {
     return cuda_error_text(e, "cudaStreamIsCapturing");
   }
   if (st != cudaStreamCaptureStatusNone)
-    return "the stream is capturing a CUDA graph (copy-engine epochs live on the host; NOTE [copy-engine graphs])";
+    return "the stream is capturing a CUDA graph (copy-engine epochs live on the host)";
   return "";
 }
 
