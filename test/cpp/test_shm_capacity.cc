@@ -89,7 +89,7 @@ void choose_cases() {
   c = ShmCapacity::choose(request(4, 32 * MiB, true), space(64 * MiB, 64 * MiB));
   expect(c.bytes == 0 && has(c.error, "TORCH_PURLIN_CPU_WORKSPACE_BYTES=32M (set explicitly, so not reduced)") &&
              has(c.error, "/dev/shm has 64 MiB, 64 MiB free") && has(c.error, "--shm-size=256m") &&
-             has(c.error, "(4M fits now)"),
+             has(c.error, "(8M fits now)"),
          "an explicit value that does not fit: '" + c.error + "'");
   // A request below the floor is its own floor.
   c = ShmCapacity::choose(request(2, 64 * KiB), space(1 * MiB, ShmCapacity::needs(request(2, 64 * KiB), 64 * KiB)));

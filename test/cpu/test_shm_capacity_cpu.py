@@ -183,4 +183,4 @@ def test_two_ranks_on_40mb_and_a_filled_shm(tmp_path):
 
 @needs_namespaces
 def test_eight_ranks_on_8mb(tmp_path):
-    check_note(run(tmp_path, 8, 8, (1 << 17) + 5, repro=False), ["256 KiB"])
+    check_note(run(tmp_path, 8, 8, (1 << 16) + 5, repro=False), ["256 KiB"])

@@ -39,11 +39,11 @@ std::string setting_text(size_t bytes) {
   return std::to_string(bytes);
 }
 
-// The largest of requested/2, /4, ... down to `floor` whose needs fill at most
-// half the free bytes; else `floor` if it fits at all; else 0.
-size_t shrunk(const WorkspaceRequest& rq, const atom::cpu::ShmSpace& space, size_t floor) {
+// The largest of requested/2, /4, ... down to `floor` whose needs fit in
+// `room`; else `floor` if it fits the free bytes at all; else 0.
+size_t shrunk(const WorkspaceRequest& rq, const atom::cpu::ShmSpace& space, size_t floor, size_t room) {
   for (size_t ws = rq.requested / 2; ws >= floor && ws > 0; ws /= 2)
-    if (ShmCapacity::needs(rq, ws) <= space.free / 2) return ws;
+    if (ShmCapacity::needs(rq, ws) <= room) return ws;
   return ShmCapacity::needs(rq, floor) <= space.free ? floor : 0;
 }
 
@@ -60,14 +60,15 @@ WorkspaceChoice ShmCapacity::choose(const WorkspaceRequest& rq, const atom::cpu:
                            space.describe();
   const std::string remedy = shm_remedy(needs(rq, rq.requested), space);
   const size_t floor = std::min(rq.requested, kFloor);
-  const size_t fits = shrunk(rq, space, floor);
-  if (rq.is_explicit) {
+  if (rq.is_explicit) {  // what would be used as given now: the free bytes, not half
+    const size_t fits = shrunk(rq, space, std::min<size_t>(rq.requested, 4096), space.free);
     c.error = "/dev/shm is too small for TORCH_PURLIN_CPU_WORKSPACE_BYTES=" + setting_text(rq.requested) +
               " (set explicitly, so not reduced): " + what + ". Remedy: " + remedy + ", or set " +
               "TORCH_PURLIN_CPU_WORKSPACE_BYTES smaller" +
               (fits ? " (" + setting_text(fits) + " fits now)" : std::string());
     return c;
   }
+  const size_t fits = shrunk(rq, space, floor, space.free / 2);
   if (fits == 0) {
     c.error = "/dev/shm is too small for this group's shared memory: " + what + "; even the smallest workspace, " +
               bytes_text(floor) + ", needs " + bytes_text(needs(rq, floor)) + ". Remedy: " + remedy +
