@@ -36,7 +36,10 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_LOG", "1", A::User, X::Local, K::Bool,
        "0 silences the once-per-(op, reason) fallback log lines and the other notices on stderr."},
       {"TORCH_PURLIN_CPU_WORKSPACE_BYTES", "32M", A::User, X::Equal, K::Bytes,
-       "Shared-memory workspace per rank for CPU tensors (at least 4K); larger tensors are pipelined in rounds."},
+       "Shared-memory workspace per rank for CPU tensors (at least 4K); larger tensors are pipelined in rounds. "
+       "Reserved in /dev/shm when the group sets up: where the default does not fit, the group takes a smaller "
+       "one (down to 256K, logged once); a value that is set and does not fit raises on every rank at setup, as "
+       "does a /dev/shm too small even for 256K."},
       {"TORCH_PURLIN_CUDA_WORKSPACE_BYTES", "64M", A::User, X::Combined, K::Bytes,
        "CUDA-IPC workspace per rank and group (at least 64K); larger tensors are pipelined in rounds. The group "
        "uses the smallest value any rank asks for."},

@@ -1,6 +1,7 @@
 """Native tests of the CPU shared-memory Atom (csrc/atom/cpu), no torch extension needed.
 
-Builds the standalone C++ test programs with g++ and runs them, and checks the
+Builds the standalone C++ test programs with g++ and runs them (test_shm_capacity adds the
+shared-memory group and its /dev/shm sizing, csrc/backend/host/shm_{group,capacity}.cc), and checks the
 float16 / bfloat16 conversions of csrc/atom/cpu/half_convert.h bit-exactly
 against torch's own `.to(torch.float16 / torch.bfloat16)`.
 """
@@ -39,6 +40,9 @@ def programs(tmp_path_factory):
         # Baseline ISA only: the kernels the runtime dispatch picks on CPUs without AVX2.
         "test_reduce_cpu_baseline": (reduce_test, ["-DPURLIN_CPU_NO_CLONES"]),
         "half_convert_tool": ([ROOT / "test/cpp/half_convert_tool.cc"], []),
+        "test_shm_capacity": ([*ATOM_SOURCES, ROOT / "csrc/backend/host/shm_group.cc",
+                               ROOT / "csrc/backend/host/shm_capacity.cc", ROOT / "test/cpp/test_shm_capacity.cc"],
+                              ["-I", str(ROOT / "test/cpp")]),
     })
 
 
@@ -55,6 +59,10 @@ def test_reduce_cpu_program(programs, variant):
 
 def test_cpu_atom_program(programs):
     assert " 0 failed" in _run(programs["test_cpu_atom"])
+
+
+def test_shm_capacity_program(programs):
+    assert "test_shm_capacity: 0 failed" in _run(programs["test_shm_capacity"])
 
 
 def _f32(bits):

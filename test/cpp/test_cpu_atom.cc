@@ -1,14 +1,22 @@
 // test_cpu_atom.cc — multi-process test of CpuAtom (fork N ranks, N = 2, 3, 4).
 //
 // Covers: the create / attach / unlink lifecycle and a clean /dev/shm,
+// segments planted under a peer's name (mode 0666, a wrong size, another
+// owner) refused (NOTE [checked segments]), a full /dev/shm an error of
+// create(), never a SIGBUS (NOTE [reserved segments]; in a private tmpfs,
+// as root),
 // snac::arrive_tagged (the host's tagged string all-gather),
 // signal/wait chains in a ring (pull: read the peer's workspace) and all-to-all
 // (push: write into peers' workspaces, plus meta blobs and a reduce) with
 // monotonic flag values, the timeout error text and timing, and setup errors.
 // Ranks synchronise outside the Atom with a tiny shared-memory barrier.
 #include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +37,9 @@
 using purlin::atom::CpuAtom;
 using purlin::atom::FlagKind;
 using purlin::atom::WaitSite;
+using purlin::atom::cpu::ShmNoSpace;
+using purlin::atom::cpu::ShmRefused;
+using purlin::atom::cpu::ShmSegment;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -273,10 +284,104 @@ void errors(int r, Barrier&) {
   require(throws([&] { a.attach_peers(); }, name1), "missing peer names its segment");
   require(throws([&] { a.workspace(1); }, "before attach_peers"), "peer use before attach");
   {
-    CpuAtom b(g_prefix, 1, 2, 8192, 64, 100ms);  // disagrees on workspace size
-    require(throws([&] { a.attach_peers(); }, "mismatched segment"), "size mismatch detected");
+    CpuAtom b(g_prefix, 1, 2, 8192, 64, 100ms);  // disagrees on workspace size: refused by its size
+    require(throws([&] { a.attach_peers(); }, "refusing segment"), "size mismatch detected");
+  }
+  {
+    CpuAtom b(g_prefix, 1, 2, 4096, 128, 100ms);  // disagrees on meta size within the same page count
+    require(throws([&] { a.attach_peers(); }, "mismatched segment"), "layout mismatch detected");
   }
   require(shm_entries(name1).empty(), "destructor unlinks a segment that was never unlinked");
+}
+
+// NOTE [checked segments]: what another user could plant under a peer's name
+// is refused before it is mapped, naming what was found and what was expected;
+// the genuine segment is then accepted.
+void refused(int r, Barrier&) {
+  if (r != 0) return;
+  const std::string name1 = CpuAtom::segment_name(g_prefix, 1);
+  CpuAtom a(g_prefix, 0, 2, 4096, 64, 100ms);
+  const size_t total = a.layout().total;
+  auto plant = [&](mode_t mode, size_t bytes, uid_t owner) {
+    const int fd = shm_open(name1.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    require(fd >= 0, "plant: shm_open");
+    require(fchmod(fd, mode) == 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0, "plant: fchmod / ftruncate");
+    if (owner != geteuid()) require(fchown(fd, owner, static_cast<gid_t>(-1)) == 0, "plant: fchown");
+    close(fd);
+  };
+  auto refusal = [&](const std::vector<std::string>& needles, const char* what) {
+    std::string m;
+    try {
+      a.attach_peers();
+    } catch (const ShmRefused& e) {
+      m = e.what();
+    }
+    for (const std::string& n : needles)
+      require(m.find(n) != std::string::npos, std::string(what) + ": refusal '" + m + "' lacks '" + n + "'");
+    require(!a.peers_attached(), std::string(what) + ": nothing attached");
+    shm_unlink(name1.c_str());
+  };
+  const std::string me = std::to_string(geteuid()), want = std::to_string(total) + " bytes";
+  plant(0666, total, geteuid());
+  refusal({"refusing segment '" + name1 + "'", "mode 0666", "expected uid " + me + " (this process), mode 0600 and " + want},
+          "mode 0666");
+  plant(0600, total + 4096, geteuid());
+  refusal({"mode 0600 and " + std::to_string(total + 4096) + " bytes", "mode 0600 and " + want}, "wrong size");
+  plant(0640, total, geteuid());
+  refusal({"mode 0640"}, "mode 0640");
+  if (geteuid() == 0) {  // only root can give a file away
+    plant(0600, total, 65534);
+    refusal({"owned by uid 65534", "expected uid 0"}, "another owner");
+  }
+  CpuAtom b(g_prefix, 1, 2, 4096, 64, 100ms);
+  a.attach_peers();
+  require(a.peers_attached(), "the genuine segment is accepted");
+}
+
+// NOTE [reserved segments]: in a private mount namespace with a 1 MiB tmpfs on
+// /dev/shm, create() of a segment that does not fit throws ShmNoSpace naming
+// the sizes and leaves nothing behind, and a segment that fits is reserved:
+// touching every page of it with /dev/shm otherwise full raises no SIGBUS.
+// Returns 0 (passed), 1 (failed) or 77 (skipped: no namespaces here).
+int full_tmpfs() {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
+      _exit(77);
+    try {
+      auto no_space = [](const std::string& name, size_t bytes) {
+        try {
+          ShmSegment::create(name, bytes);
+        } catch (const ShmNoSpace& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      };
+      std::string m = no_space("/purlin_full_a", 2 << 20);
+      for (const char* n : {"cannot hold segment '/purlin_full_a' of 2 MiB", "No space left on device",
+                            "/dev/shm has 1 MiB, 1 MiB free"})
+        require(m.find(n) != std::string::npos, "2 MiB on 1 MiB: '" + m + "' lacks '" + n + "'");
+      ShmSegment fits = ShmSegment::create("/purlin_full_b", 640 << 10);
+      m = no_space("/purlin_full_c", 512 << 10);
+      require(m.find("/dev/shm has 1 MiB, 384 KiB free") != std::string::npos, "512 KiB on 384 KiB free: '" + m + "'");
+      std::memset(fits.data(), 0x5a, fits.size());  // every page reserved: no SIGBUS
+      require(shm_entries("/purlin_full").size() == 1, "only the segment that fit is in /dev/shm");
+      fits.unlink();
+      require(shm_entries("/purlin_full").empty(), "nothing left in /dev/shm");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "  full tmpfs: %s\n", e.what());
+      std::fflush(nullptr);
+      _exit(1);
+    }
+    std::fflush(nullptr);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) std::fprintf(stderr, "  full tmpfs: killed by signal %d\n", WTERMSIG(status));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 }  // namespace
@@ -328,6 +433,11 @@ int main() {
   }
   run_case("timeout", 2, timeout);
   run_case("errors", 1, errors);
+  run_case("refused", 1, refused);
+  const int full = full_tmpfs();
+  std::printf("%s full /dev/shm\n", full == 0 ? "PASS" : full == 77 ? "SKIP (needs root for a private tmpfs)" : "FAIL");
+  if (full == 0) g_pass++;
+  if (full == 1) g_fail++;
   std::printf("test_cpu_atom: %d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;
 }

@@ -82,9 +82,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_hosts(target, hosts, args=None, timeout=120, env=None):
+def run_hosts(target, hosts, args=None, timeout=120, env=None, shm_bytes=256 << 20):
     """Runs `target` ("module:function", importable from test/ or the caller's sys.path) on every rank of `hosts`
-    (a list, one list of global ranks per simulated host). Returns [per rank: {"ok": bool,
+    (a list, one list of global ranks per simulated host), each host with a /dev/shm of `shm_bytes`. Returns
+    [per rank: {"ok": bool,
     "value" or "error", "host": name}] and raises AssertionError naming the host and rank that
     failed, timed out or left files in its /dev/shm."""
     world = sum(len(h) for h in hosts)
@@ -92,7 +93,7 @@ def run_hosts(target, hosts, args=None, timeout=120, env=None):
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="purlin_hosts_") as tmp:
         # The ranks import what the caller imports: its sys.path, made absolute.
-        spec = {"target": target, "args": args or {}, "world": world, "port": port, "hosts": hosts,
+        spec = {"target": target, "args": args or {}, "world": world, "port": port, "hosts": hosts, "shm_bytes": shm_bytes,
                 "env": env or {}, "sys_path": [HERE] + [os.path.abspath(p or ".") for p in sys.path]}
         spec_path = os.path.join(tmp, "spec.json")
         with open(spec_path, "w") as f:
@@ -145,7 +146,7 @@ def _host_main(h, spec_path, out):
     name = f"simhost{h}"
     report = {"ranks": {}, "error": None, "shm_left": []}
     try:
-        enter_host(name)
+        enter_host(name, spec["shm_bytes"])
         procs = []
         for local, r in enumerate(ranks):
             res = os.path.join(os.path.dirname(spec_path), f"rank{r}.json")

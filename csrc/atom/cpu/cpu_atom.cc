@@ -86,7 +86,14 @@ void CpuAtom::attach_peers() {
   if (attached_) return;
   for (int r = 0; r < world_; ++r) {
     if (r == rank_) continue;
-    cpu::ShmSegment seg = cpu::ShmSegment::open(segment_name(prefix_, r), layout_.total);
+    const std::string name = segment_name(prefix_, r);
+    cpu::ShmSegment seg;
+    try {
+      seg = cpu::ShmSegment::open(name, layout_.total);  // NOTE [checked segments]
+    } catch (const cpu::ShmMissing&) {
+      throw cpu::ShmMissing("purlin CpuAtom: rank " + std::to_string(rank_) + " cannot find rank " + std::to_string(r) +
+                            "'s segment '" + name + "' in its /dev/shm");
+    }
     SegmentHeader h;
     std::memcpy(&h, seg.data(), sizeof h);
     if (h.magic != kMagic || h.version != kLayoutVersion || h.world != world_ || h.rank != r ||

@@ -2,9 +2,11 @@
 //
 // Each rank owns one segment, /dev/shm/<prefix>_r<rank>, and maps every peer's.
 // Lifecycle, sequenced by the caller (the c10d backend barriers on its Store):
-//   1. CpuAtom(...)     create + map own segment (zero-filled, header written)
+//   1. CpuAtom(...)     create + reserve + map own segment (zero-filled, header
+//                       written; a /dev/shm too small: ShmNoSpace)
 //   2. barrier          all ranks have created theirs
-//   3. attach_peers()   open + map every peer's segment, check its header
+//   3. attach_peers()   open + map every peer's segment, check its owner,
+//                       mode, size and header (a segment not found: ShmMissing)
 //   4. barrier          all ranks have attached
 //   5. unlink_own()     remove own name; from here on nothing is left in
 //                       /dev/shm even if a process is killed (the mappings
@@ -24,7 +26,10 @@
 //                     (the backend: the group's health record, NOTE [group
 //                     health] in backend/host/group_health.h)
 //   ws_off            the workspace, 4096-byte aligned, workspace_bytes long
-// A fresh segment is all zeros (ftruncate), so every flag starts at 0.
+// A fresh segment is all zeros (ftruncate), so every flag starts at 0; its
+// pages are reserved when it is made (NOTE [reserved segments] in
+// shm_segment.h) and a peer's is checked before it is mapped (NOTE [checked
+// segments]).
 //
 // NOTE [cpu signal pad ordering] — signal(peer, k, v) does a RELEASE store of v
 // into the PEER's segment at flag[k][this rank]; wait(peer, k, v) does ACQUIRE

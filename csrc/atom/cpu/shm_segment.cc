@@ -1,14 +1,15 @@
-// shm_segment.cc — shm_open / ftruncate / mmap / shm_unlink with loud errors.
+// shm_segment.cc — shm_open / ftruncate / posix_fallocate / mmap / shm_unlink with loud errors.
 #include "atom/cpu/shm_segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <stdexcept>
 #include <utility>
 
 namespace purlin::atom::cpu {
@@ -36,18 +37,78 @@ std::byte* map(int fd, size_t bytes, const std::string& name) {
   return static_cast<std::byte*>(p);
 }
 
+// NOTE [reserved segments]: every page of [0, bytes) allocated now. posix_fallocate
+// returns the error (it does not set errno); a signal may interrupt it.
+int reserve(int fd, size_t bytes) {
+  int err;
+  do {
+    err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  } while (err == EINTR);
+  return err;
+}
+
+std::string mode_text(mode_t m) {
+  char s[8];
+  std::snprintf(s, sizeof s, "0%03o", static_cast<unsigned>(m & 07777));
+  return s;
+}
+
 }  // namespace
+
+ShmSpace ShmSpace::now() {
+  ShmSpace s;
+  struct statvfs v {};
+  if (statvfs("/dev/shm", &v) != 0) return s;
+  s.known = true;
+  s.total = static_cast<size_t>(v.f_blocks) * v.f_frsize;
+  s.free = static_cast<size_t>(v.f_bavail) * v.f_frsize;
+  return s;
+}
+
+std::string ShmSpace::describe() const {
+  if (!known) return "the size of /dev/shm is unknown (statvfs failed)";
+  return "/dev/shm has " + bytes_text(total) + ", " + bytes_text(free) + " free";
+}
+
+std::string bytes_text(size_t bytes) {
+  static const char* const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " bytes";
+  double v = static_cast<double>(bytes) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f", v);
+  std::string t = s;
+  if (t.size() > 2 && t.compare(t.size() - 2, 2, ".0") == 0) t.resize(t.size() - 2);
+  return t + " " + units[u];
+}
 
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   check_name(name);
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) fail("shm_open(O_CREAT|O_EXCL)", name, errno, errno == EEXIST ? " (stale segment from a dead job?)" : "");
   // On failure below, remove the name we just created before throwing.
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int err = errno;
+  auto undo = [&](const char* call, int err, const std::string& extra) {
     close(fd);
     shm_unlink(name.c_str());
-    fail("ftruncate", name, err, " (" + std::to_string(bytes) + " bytes; is /dev/shm large enough?)");
+    fail(call, name, err, extra);
+  };
+  // NOTE [checked segments]: exactly 0600 whatever the umask, as open() expects.
+  if (fchmod(fd, 0600) != 0) undo("fchmod(0600)", errno, "");
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) undo("ftruncate", errno, " (" + std::to_string(bytes) + " bytes)");
+  if (bytes > 0) {
+    const int err = reserve(fd, bytes);
+    if (err == ENOSPC || err == ENOMEM) {  // NOTE [reserved segments]
+      close(fd);
+      shm_unlink(name.c_str());  // its pages go back before /dev/shm is measured for the message
+      throw ShmNoSpace("purlin shm: /dev/shm cannot hold segment '" + name + "' of " + bytes_text(bytes) + " (" +
+                       std::to_string(bytes) + " bytes): " + std::strerror(err) + "; " +
+                       ShmSpace::now().describe());
+    }
+    if (err != 0) undo("posix_fallocate", err, " (" + std::to_string(bytes) + " bytes)");
   }
   ShmSegment s;
   try {
@@ -62,22 +123,30 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   return s;
 }
 
-ShmSegment ShmSegment::open(const std::string& name, size_t min_bytes) {
+ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
   check_name(name);
   const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) fail("shm_open", name, errno, " (has the owning rank created it yet?)");
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) throw ShmMissing("purlin shm: segment '" + name + "' is not in this process's /dev/shm");
+    fail("shm_open", name, err);
+  }
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int err = errno;
     close(fd);
     fail("fstat", name, err);
   }
-  const size_t bytes = static_cast<size_t>(st.st_size);
-  if (bytes < min_bytes) {
+  // NOTE [checked segments]: on the descriptor, so what is checked is what would be mapped.
+  const uid_t me = geteuid();
+  const size_t found = static_cast<size_t>(st.st_size);
+  if (st.st_uid != me || (st.st_mode & 07777) != 0600 || found != bytes) {
     close(fd);
-    throw std::runtime_error("purlin shm: segment '" + name + "' is " + std::to_string(bytes) +
-                             " bytes, expected at least " + std::to_string(min_bytes) +
-                             " (ranks disagree on sizes, or a stale segment of that name exists)");
+    throw ShmRefused("purlin shm: refusing segment '" + name + "': it is owned by uid " + std::to_string(st.st_uid) +
+                     " with mode " + mode_text(st.st_mode) + " and " + std::to_string(found) +
+                     " bytes; expected uid " + std::to_string(me) + " (this process), mode 0600 and " +
+                     std::to_string(bytes) + " bytes (another user's object under this name, a stale segment, "
+                     "or ranks that disagree on sizes)");
   }
   ShmSegment s;
   s.name_ = name;

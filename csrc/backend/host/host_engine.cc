@@ -7,6 +7,7 @@
 #include "atom/cpu/cpu_atom.h"
 #include "backend/host/protocol_table.h"
 #include "backend/host/setup_agreement.h"
+#include "backend/host/shm_capacity.h"
 #include "common/env.h"
 #include "snac/executor.h"
 
@@ -22,7 +23,8 @@ void HostEngine::set_timeout(std::chrono::milliseconds t) { channel_.set_timeout
 
 // The group's settings (agreed when it was made, NOTE [group settings]) are
 // read here, on its first collective, and checked by every rank together
-// (NOTE [setup agreement]) before the segments.
+// (NOTE [setup agreement]) before the segments, with rank 0's verdict on
+// /dev/shm (NOTE [shm capacity]).
 void HostEngine::ensure_atom(const char* op) {
   if (channel_.is_open()) return;
   size_t ws = 0;
@@ -33,6 +35,15 @@ void HostEngine::ensure_atom(const char* op) {
     debug_ = settings.get_bool("TORCH_PURLIN_DEBUG");
     ws = static_cast<size_t>(settings.get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
     if (ws < 4096) throw std::invalid_argument("TORCH_PURLIN_CPU_WORKSPACE_BYTES must be at least 4K");
+    if (rank_ == 0) {  // NOTE [shm capacity]: rank 0 sizes every rank's workspace (make_shm_group publishes it)
+      const bool is_explicit = settings.source("TORCH_PURLIN_CPU_WORKSPACE_BYTES") != env::Settings::Source::Default;
+      const WorkspaceChoice c = ShmCapacity::choose(
+          {world_, ws, is_explicit, meta_blob_bytes(world_), GroupHealth::kRecordBytes}, atom::cpu::ShmSpace::now());
+      if (!c.error.empty()) throw std::runtime_error(c.error);
+      ws = c.bytes;
+      if (!c.note.empty() && settings.get_bool("TORCH_PURLIN_LOG"))
+        std::fprintf(stderr, "[purlin] %s: %s (logged once)\n", ctx_->rank_name(rank_).c_str(), c.note.c_str());
+    }
   } catch (const std::exception& e) {
     mine = e.what();
   }

@@ -160,13 +160,15 @@ HostMap map_hosts(const Rendezvous& rdv, const std::string& key, int rank, int w
   for (int r = 0; r < world; ++r) {
     if (r == rank || probes[r].segment.empty()) continue;
     try {
-      atom::cpu::ShmSegment peer = atom::cpu::ShmSegment::open(probes[r].segment, sizeof(uint64_t));
+      atom::cpu::ShmSegment peer = atom::cpu::ShmSegment::open(probes[r].segment, kProbeBytes);
       uint64_t nonce = 0;
       std::memcpy(&nonce, peer.data(), sizeof nonce);
       if (nonce == probes[r].nonce) {
         mine_opened[r] = '1';
         cleanup.names.push_back(probes[r].segment);
       }
+    } catch (const atom::cpu::ShmRefused&) {
+      mine_opened[r] = '2';  // there, but not ours to trust (NOTE [checked segments]): two hosts for purlin
     } catch (const std::exception&) {
       // Not on this host (or not ours to open): leave '0'.
     }
@@ -181,7 +183,22 @@ HostMap map_hosts(const Rendezvous& rdv, const std::string& key, int rank, int w
                                std::to_string(all[i].size()) + " ranks, expected " + std::to_string(world));
     for (int j = 0; j < world; ++j) opened[i][j] = all[i][j] == '1';
   }
-  return partition_hosts(probes, opened);
+  HostMap m = partition_hosts(probes, opened);
+  for (int i = 0; i < world; ++i) {
+    if (!probes[i].segment.empty()) continue;
+    m.hints += (m.hints.empty() ? "" : "; ") + std::string("rank ") + std::to_string(i) + " could not make a "
+               "shared-memory segment (its /dev/shm is full or missing), so it counts as a host of its own";
+    break;
+  }
+  for (int i = 0; i < world; ++i) {
+    const size_t j = all[i].find('2');
+    if (j == std::string::npos) continue;
+    m.hints += (m.hints.empty() ? "" : "; ") + std::string("rank ") + std::to_string(i) + " found rank " +
+               std::to_string(j) + "'s probe in its /dev/shm but refused it (another user's, or not mode 0600: the "
+               "ranks of one host must run as one user), so they count as two hosts";
+    break;
+  }
+  return m;
 }
 
 }  // namespace purlin::backend

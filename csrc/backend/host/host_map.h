@@ -13,7 +13,11 @@
 //           boot id (/proc/sys/kernel/random/boot_id), pid, the segment's name
 //           and the nonce;
 //   opened  every rank opens (read-write, as the Atom does) every peer's segment,
-//           checks the nonce, and publishes which it could open;
+//           checks the nonce, and publishes which it could open; a probe that
+//           is there but fails NOTE [checked segments] (another user's, not
+//           0600, not the probe's size) is not opened and is never read: the
+//           pair counts as two hosts, as a permission error would make it,
+//           and the map's hints say why;
 //   unlink  once every rank has reported, each unlinks its own probe and every
 //           peer's it opened (either alone leaves nothing in /dev/shm: a probe
 //           whose owner died after the others opened it is removed by them; a

@@ -36,7 +36,14 @@ std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& ke
 
 // Every rank creates its segment, all attach, then each unlinks its own name:
 // from then on nothing is left in /dev/shm, even if a process is killed
-// (NOTE [cpu segment layout] and the lifecycle in cpu_atom.h). `abort`: the
+// (NOTE [cpu segment layout] and the lifecycle in cpu_atom.h). Each step's
+// outcome is gathered through `rdv`, failures included: a rank that cannot
+// create its segment (a /dev/shm too small, NOTE [reserved segments]) or map
+// a peer's (not found: the ranks do not share /dev/shm; refused: NOTE
+// [checked segments]) publishes why, and every rank throws
+// std::runtime_error naming each such rank and its reason, at once; nothing
+// is left in /dev/shm. `workspace_bytes`: rank 0's value is every rank's (it
+// travels with the segments' names, NOTE [shm capacity]). `abort`: the
 // group's abort request, which ends the atom's waits naming its reason
 // (CpuAtom::set_abort_flag), or nullptr. `owner_bytes`: the owner area of
 // each segment; `on_created` (may be empty) fills this rank's before any peer
