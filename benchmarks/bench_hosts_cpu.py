@@ -10,11 +10,12 @@ two compare on this machine, and the bytes columns what a network would carry.
     python benchmarks/bench_hosts_cpu.py --hosts 2x2 --ops all_reduce,broadcast --out /tmp/hosts.md
 
 Columns: op, bytes (the op's larger side per rank), how purlin ran it (hier: within hosts natively,
-across on gloo; flat: gloo for the whole op), median microseconds per call of purlin and of gloo
+across on gloo; flat: gloo moving the bytes among all ranks, purlin reducing: NOTE [groups spanning
+hosts]), median microseconds per call of purlin and of gloo
 (the slowest rank's median), gloo / purlin, and the bytes crossing hosts per call summed over all
 ranks under a model: purlin's hierarchical parts as NOTE [hierarchical collectives] moves them
-(rings over the H hosts within each local index; a broadcast's chunks sent once to each other
-host), flat gloo as a ring over all W ranks with each host's ranks adjacent (H of its W links cross
+(all_gather / all_to_all over the H hosts within each local index), flat (purlin's and gloo's alike)
+modelled as gloo as a ring over all W ranks with each host's ranks adjacent (H of its W links cross
 hosts; a broadcast reaches each rank outside the root's host whole).
 """
 import argparse
@@ -25,7 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "test"))  # the simulated hosts live with the tests
+sys.path.insert(0, os.path.join(ROOT, "test", "support"))  # the simulated hosts live with the tests
 try:
     import torch_purlin  # noqa: F401  (the ranks import what this process imports)
 except ImportError:  # run from a checkout that is not installed: its own build
@@ -51,8 +52,8 @@ def crossing_bytes(op, n, hosts, per_host, hier):
     H, L = hosts, per_host
     W = H * L
     if hier:
-        return {"all_reduce": W * 2 * (H - 1) / H * n / L, "all_gather": W * (H - 1) * n / W,
-                "reduce_scatter": W * (H - 1) * n / W, "broadcast": (H - 1) * n}[op]
+        return {"all_reduce": W * (H - 1) * n / L, "all_gather": W * (H - 1) * n / W,
+                "reduce_scatter": W * (H - 1) * n / W}[op]
     return {"all_reduce": H * 2 * (W - 1) / W * n, "all_gather": H * (W - 1) * n / W,
             "reduce_scatter": H * (W - 1) * n / W, "broadcast": (W - L) * n}[op]
 

@@ -5,6 +5,7 @@
 // Request, run it, and copy results back into list / non-contiguous outputs.
 #include <ATen/ATen.h>
 
+#include "backend/c10d/completed_work.h"
 #include "backend/c10d/group_hosts.h"
 #include "backend/cuda/cuda_engine.h"
 #include "backend/c10d/purlin_backend.h"
@@ -81,26 +82,33 @@ int64_t numel_of(const std::vector<at::Tensor>& ts) {
 // Refuses an op of a closed group (NOTE [shutdown and abort]), then routes to
 // the fallback if the op cannot (or, by the protocol table, should not) run
 // natively; `table_bytes` as in fallback_reason (-1: no table). In a group
-// spanning hosts an op with a hierarchical form (PURLIN_HIERARCHICAL's
-// `hier_call`, a GroupHosts call) may run that way instead (NOTE [hierarchical
-// collectives]).
-#define PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, hier_p, on_hier, call)                         \
+// spanning hosts the op runs as `span_call`, a GroupHosts call (NOTE [groups
+// spanning hosts]).
+#define PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, span_call, call)                                \
   do {                                                                                                      \
     check_open(op_name);                                                                                    \
-    bool by_table_ = false, hier_ = false;                                                                  \
-    const std::string why_ = fallback_reason(op_name, tensors, table_bytes, &by_table_, redop, hier_p);     \
-    if (C10_UNLIKELY(hier_)) on_hier;                                                                       \
+    bool by_table_ = false, span_ = false;                                                                  \
+    const std::string why_ = fallback_reason(op_name, tensors, table_bytes, &by_table_, redop, &span_);     \
+    if (C10_UNLIKELY(span_)) return spanning([&] { return hosts_->span_call; });                            \
     if (!why_.empty()) return coalesced(fallback_for(op_name, tensors, why_, by_table_).call);              \
   } while (0);                                                                                              \
   /* PURLIN-CUDA hook: the op's stream and Work when it runs natively on CUDA */                             \
   CudaOpScope purlin_cuda_scope_(cuda_.get(), tensors, opts.asyncOp)
-#define PURLIN_FALLBACK_REDUCING(op_name, tensors, table_bytes, redop, call) \
-  PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, nullptr, (void)0, call)
-#define PURLIN_HIERARCHICAL(op_name, tensors, table_bytes, redop, hier_call, call) \
-  PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, &hier_, return (++seq_, coalesced(hosts_->hier_call)), call)
-#define PURLIN_FALLBACK_SIZED(op_name, tensors, table_bytes, call) \
-  PURLIN_FALLBACK_REDUCING(op_name, tensors, table_bytes, nullptr, call)
-#define PURLIN_FALLBACK(op_name, tensors, call) PURLIN_FALLBACK_SIZED(op_name, tensors, int64_t{-1}, call)
+#define PURLIN_SPANNING(op_name, tensors, table_bytes, redop, span_call, call) \
+  PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, span_call, call)
+
+template <class Call>
+c10::intrusive_ptr<c10d::Work> PurlinBackend::spanning(Call&& call) {
+  ++seq_;
+  try {
+    return coalesced(call());
+  } catch (...) {
+    if (!coalescing_) throw;
+    // NOTE [coalescing]: raised by endCoalescing, after torch cleared its block.
+    if (!block_error_) block_error_ = std::current_exception();
+    return completed_work({});
+  }
+}
 
 // Runs rq on the flat `in` / `out` and copies `out` back into `outs` (a no-op
 // when `out` already is the single contiguous output).
@@ -114,7 +122,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_flat(Request& rq, const at::Te
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
-  PURLIN_HIERARCHICAL("all_reduce", tensors, bytes_of(tensors), &opts.reduceOp, all_reduce(tensors, opts),
+  PURLIN_SPANNING("all_reduce", tensors, bytes_of(tensors), &opts.reduceOp, all_reduce(tensors, opts.reduceOp, "all_reduce"),
                       allreduce(tensors, opts));
   Request rq = request(CollOp::AllReduce, "all_reduce", tensors[0]);
   set_reduction(rq, opts.reduceOp);
@@ -128,8 +136,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                   const c10d::AllreduceCoalescedOptions& opts) {
-  PURLIN_FALLBACK_REDUCING("all_reduce_coalesced", tensors, bytes_of(tensors), &opts.reduceOp,
-                           allreduce_coalesced(tensors, opts));
+  PURLIN_SPANNING("all_reduce_coalesced", tensors, bytes_of(tensors), &opts.reduceOp,
+                  all_reduce(tensors, opts.reduceOp, "all_reduce_coalesced"), allreduce_coalesced(tensors, opts));
   Request rq = request(CollOp::AllReduce, "all_reduce_coalesced", tensors.empty() ? at::Tensor() : tensors[0]);
   set_reduction(rq, opts.reduceOp);
   PURLIN_REQUIRE(rq, check_same_dtype(tensors).empty(), check_same_dtype(tensors));
@@ -142,7 +150,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce_coalesced(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::ReduceOptions& opts) {
-  PURLIN_FALLBACK_REDUCING("reduce", tensors, bytes_of(tensors), &opts.reduceOp, reduce(tensors, opts));
+  PURLIN_SPANNING("reduce", tensors, bytes_of(tensors), &opts.reduceOp, reduce(tensors, opts), reduce(tensors, opts));
   Request rq = request(CollOp::Reduce, "reduce", tensors[0]);
   set_reduction(rq, opts.reduceOp);
   set_root(rq, opts.rootRank, getSize());
@@ -155,7 +163,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce(std::vector<at::Tensor>& te
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {
-  PURLIN_HIERARCHICAL("broadcast", tensors, bytes_of(tensors), nullptr, broadcast(tensors, opts), broadcast(tensors, opts));
+  PURLIN_SPANNING("broadcast", tensors, bytes_of(tensors), nullptr, broadcast(tensors, opts), broadcast(tensors, opts));
   Request rq = request(CollOp::Broadcast, "broadcast", tensors[0]);
   set_root(rq, opts.rootRank, getSize());
   at::Tensor buf = flat_of(tensors[0]);
@@ -168,8 +176,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> PurlinBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                               const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_HIERARCHICAL("all_gather_into_tensor", all, bytes_of({output}), nullptr,
-                      all_gather(output, input, "all_gather_into_tensor"), _allgather_base(output, input, opts));
+  PURLIN_SPANNING("all_gather_into_tensor", all, bytes_of({output}), nullptr, all_gather_into_tensor(output, input),
+                  _allgather_base(output, input, opts));
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor", input);
   require_same_dtype(rq, all);
   PURLIN_REQUIRE(rq, output.numel() == input.numel() * getSize(),
@@ -186,8 +194,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
                                                         const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_HIERARCHICAL("all_gather", all, bytes_of(outputs), nullptr, all_gather_list(outputs, inputs),
-                      allgather(outputs, inputs, opts));
+  PURLIN_SPANNING("all_gather", all, bytes_of(outputs), nullptr, all_gather(outputs, inputs),
+                  allgather(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather", inputs[0]);
   PURLIN_REQUIRE(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
   require_same_dtype(rq, all);
@@ -206,7 +214,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_into_tensor_coalesced(st
                                                                               const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK_SIZED("all_gather_into_tensor_coalesced", all, bytes_of(outputs), allgather_into_tensor_coalesced(outputs, inputs, opts));
+  PURLIN_SPANNING("all_gather_into_tensor_coalesced", all, bytes_of(outputs), nullptr,
+                  all_gather_into_tensor_coalesced(outputs, inputs), allgather_into_tensor_coalesced(outputs, inputs, opts));
   Request rq = request(CollOp::AllGather, "all_gather_into_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
   require_same_dtype(rq, all);
   PURLIN_REQUIRE(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
@@ -236,7 +245,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
                                                                   const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK_SIZED("all_gather_coalesced", all, bytes_of(outputs), allgather_coalesced(outputs, inputs, opts));
+  PURLIN_SPANNING("all_gather_coalesced", all, bytes_of(outputs), nullptr, all_gather_coalesced(outputs, inputs),
+                  allgather_coalesced(outputs, inputs, opts));
   // outputs[r][i] receives rank r's inputs[i].
   std::vector<at::Tensor> flat_outs;
   bool ok = static_cast<int>(outputs.size()) == getSize();
@@ -261,9 +271,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
 c10::intrusive_ptr<c10d::Work> PurlinBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_HIERARCHICAL("reduce_scatter_tensor", all, bytes_of({input}), &opts.reduceOp,
-                      reduce_scatter(output, input, opts, "reduce_scatter_tensor"),
-                      _reduce_scatter_base(output, input, opts));
+  PURLIN_SPANNING("reduce_scatter_tensor", all, bytes_of({input}), &opts.reduceOp,
+                  reduce_scatter_tensor(output, input, opts.reduceOp), _reduce_scatter_base(output, input, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor", input);
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
@@ -281,8 +290,8 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Ten
                                                              const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
-  PURLIN_HIERARCHICAL("reduce_scatter", all, bytes_of(inputs), &opts.reduceOp, reduce_scatter_list(outputs, inputs, opts),
-                      reduce_scatter(outputs, inputs, opts));
+  PURLIN_SPANNING("reduce_scatter", all, bytes_of(inputs), &opts.reduceOp, reduce_scatter(outputs, inputs, opts.reduceOp),
+                  reduce_scatter(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter", outputs[0]);
   set_reduction(rq, opts.reduceOp);
   PURLIN_REQUIRE(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");
@@ -301,8 +310,9 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(st
                                                                               const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK_REDUCING("reduce_scatter_tensor_coalesced", all, bytes_of(inputs), &opts.reduceOp,
-                           reduce_scatter_tensor_coalesced(outputs, inputs, opts));
+  PURLIN_SPANNING("reduce_scatter_tensor_coalesced", all, bytes_of(inputs), &opts.reduceOp,
+                  reduce_scatter_tensor_coalesced(outputs, inputs, opts.reduceOp),
+                  reduce_scatter_tensor_coalesced(outputs, inputs, opts));
   Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
   set_reduction(rq, opts.reduceOp);
   require_same_dtype(rq, all);
@@ -326,9 +336,10 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall_base(at::Tensor& output, 
                                                             const c10d::AllToAllOptions& opts) {
   std::vector<at::Tensor> all{output, input};
   // With split sizes the ranks' sizes may differ: no protocol table then.
-  PURLIN_FALLBACK_SIZED("all_to_all_single", all,
-                        input_split_sizes.empty() && output_split_sizes.empty() ? bytes_of({input}) : int64_t{-1},
-                        alltoall_base(output, input, output_split_sizes, input_split_sizes, opts));
+  PURLIN_SPANNING("all_to_all_single", all,
+                  input_split_sizes.empty() && output_split_sizes.empty() ? bytes_of({input}) : int64_t{-1}, nullptr,
+                  all_to_all_single(output, input, output_split_sizes, input_split_sizes),
+                  alltoall_base(output, input, output_split_sizes, input_split_sizes, opts));
   Request rq = request(CollOp::AllToAll, "all_to_all_single", input);
   require_same_dtype(rq, all);
   const int W = getSize();
@@ -372,7 +383,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall(std::vector<at::Tensor>& 
                                                        const c10d::AllToAllOptions& opts) {
   std::vector<at::Tensor> all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK("all_to_all", all, alltoall(outputs, inputs, opts));
+  PURLIN_SPANNING("all_to_all", all, int64_t{-1}, nullptr, all_to_all(outputs, inputs), alltoall(outputs, inputs, opts));
   Request rq = request(CollOp::AllToAll, "all_to_all", inputs[0]);
   require_same_dtype(rq, all);
   PURLIN_REQUIRE(rq, static_cast<int>(inputs.size()) == getSize() && static_cast<int>(outputs.size()) == getSize(),
@@ -391,7 +402,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::gather(std::vector<std::vector<at:
                                                      const c10d::GatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_FALLBACK("gather", all, gather(outputs, inputs, opts));
+  PURLIN_SPANNING("gather", all, int64_t{-1}, nullptr, gather(outputs, inputs, opts), gather(outputs, inputs, opts));
   Request rq = request(CollOp::Gather, "gather", inputs[0]);
   set_root(rq, opts.rootRank, getSize());
   require_same_dtype(rq, all);
@@ -415,7 +426,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::scatter(std::vector<at::Tensor>& o
                                                       const c10d::ScatterOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
-  PURLIN_FALLBACK("scatter", all, scatter(outputs, inputs, opts));
+  PURLIN_SPANNING("scatter", all, int64_t{-1}, nullptr, scatter(outputs, inputs, opts), scatter(outputs, inputs, opts));
   Request rq = request(CollOp::Scatter, "scatter", outputs[0]);
   set_root(rq, opts.rootRank, getSize());
   require_same_dtype(rq, all);
@@ -434,7 +445,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::scatter(std::vector<at::Tensor>& o
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::barrier(const c10d::BarrierOptions& opts) {
   std::vector<at::Tensor> none;
-  PURLIN_FALLBACK("barrier", none, barrier(opts));
+  PURLIN_SPANNING("barrier", none, int64_t{-1}, nullptr, barrier(), barrier(opts));
   Request rq = request(CollOp::Barrier, "barrier", at::Tensor());
   return run_native(rq, {});
 }

@@ -12,8 +12,9 @@
 namespace purlin::backend {
 
 GroupHosts::GroupHosts(c10::intrusive_ptr<c10d::Store> store, int rank, int world, std::chrono::milliseconds timeout,
-                       Fallback& fallback)
-    : store_(std::move(store)), rank_(rank), world_(world), timeout_(timeout), fallback_(fallback) {}
+                       Fallback& fallback, std::shared_ptr<const GroupContext> ctx)
+    : store_(std::move(store)), rank_(rank), world_(world), timeout_(timeout), fallback_(fallback),
+      ctx_(std::move(ctx)) {}
 
 GroupHosts::~GroupHosts() = default;
 
@@ -35,9 +36,10 @@ void GroupHosts::map(const char* op) {
   per_host_ = static_cast<int>(map_.hosts[host_].size());
   if (spans_) {
     reason_ = "the group spans " + map_.describe() + (map_.hints.empty() ? "" : "; " + map_.hints) +
-              (map_.even() ? "" : "; its hosts hold unequal numbers of ranks, so no op runs hierarchically") +
               " (NOTE [host map])";
     across_reason_ = reason_ + "; within each host the op runs natively (NOTE [hierarchical collectives])";
+    flat_reason_ = reason_ + "; the engine moves the op's data as bytes and purlin reduces it (NOTE [groups "
+                   "spanning hosts])";
     rows_ = hierarchical_rows(world_);
     if (map_.even()) {
       const int hosts = map_.count();
@@ -48,38 +50,32 @@ void GroupHosts::map(const char* op) {
     }
   }
   mapped_ = true;
+  if (spans_) {
+    // NOTE [host map at the first collective]: the engine groups connect now, on every rank alike.
+    try {
+      flat();
+      if (map_.even() && per_host_ > 1) {
+        within();
+        across();
+      }
+    } catch (const c10::Error& e) {
+      failed_ = e.what_without_backtrace();
+      mapped_ = false;
+      TORCH_CHECK(false, error_prefix(op, rank_), "connecting the group's engine groups across hosts: ", failed_);
+    }
+  }
 }
 
-std::string GroupHosts::route(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes,
-                              const c10d::ReduceOp* redop, bool* hier) const {
-  if (!hier || !map_.even() || table_bytes <= 0) return reason_;
-  DType dtype = DType::Float32;
-  bool engine_lacks = false;
-  for (const auto& t : tensors) {
-    if (!t.defined()) continue;
-    to_dtype(t.scalar_type(), &dtype);
-    engine_lacks |= !t.is_contiguous();  // gloo reads a strided view's storage, not its elements
-  }
-  engine_lacks |= dtype == DType::Int16;  // gloo has no int16; the parts across hosts widen it
-  if (redop) {
-    Request rq;
-    rq.dtype = dtype;
-    set_reduction(rq, *redop);
-    if (!rq.error.empty()) return reason_;  // not a reduction purlin serves: the engine says what it makes of it
-    // Complex PRODUCT has no elementwise form the parts across hosts could run.
-    if (dtype_is_complex(dtype) && rq.redop == RedOp::Product) return reason_;
-    engine_lacks |= rq.redop == RedOp::PremulSum;  // gloo has no PREMUL_SUM; the part within a host scales
-    engine_lacks |= dtype == DType::Bool;  // gloo's bool SUM leaves bytes of 2; the parts across take MAX / MIN
-  }
-  // What the engine cannot run at all takes the hierarchical form at any size (the part within a
-  // host is the only one that needs what it lacks); the rest where the rows say it is faster, and
-  // never with one rank per host (nothing within a host to gain).
-  if (!engine_lacks) {
-    const int64_t from = rows_.from(op);
-    if (per_host_ < 2 || from <= 0 || table_bytes < from) return reason_;
-  }
-  *hier = true;
+std::string GroupHosts::route(bool* span) const {
+  if (!span) return reason_;
+  *span = true;
   return "";
+}
+
+bool GroupHosts::hierarchical(const char* op, int64_t bytes) const {
+  if (!map_.even() || per_host_ < 2 || bytes <= 0) return false;
+  const int64_t from = rows_.from(op);
+  return from > 0 && bytes >= from;
 }
 
 // The subgroups are made without holding mu_ (the engine's factory takes the GIL, which a thread
@@ -117,6 +113,14 @@ c10d::Backend& GroupHosts::across() {
 }
 
 void GroupHosts::count_across(const char* op) { fallback_.count_fallback(std::string(op) + " across hosts", across_reason_); }
+
+void GroupHosts::count_flat(const char* op) { fallback_.count_fallback(op, flat_reason_); }
+
+c10d::Backend& GroupHosts::flat() { return fallback_.get(c10::Device(c10::kCPU)); }
+
+std::string GroupHosts::who(const char* op) const {
+  return std::string("purlin ") + op + " on " + ctx_->rank_name(rank_) + " (a group spanning hosts): ";
+}
 
 void GroupHosts::set_timeout(std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> g(mu_);

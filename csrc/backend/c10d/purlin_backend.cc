@@ -31,7 +31,7 @@ PurlinBackend::PurlinBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
       timeout_(timeout),
       ctx_(or_default(std::move(context))),
       fallback_(store, rank, size, timeout, std::move(make_fallback), ctx_->settings),
-      hosts_(std::make_unique<GroupHosts>(store, rank, size, timeout, fallback_)),
+      hosts_(std::make_unique<GroupHosts>(store, rank, size, timeout, fallback_, ctx_)),
       health_(rank, size, ctx_->global_ranks.empty() ? rank : ctx_->global_ranks[rank]) {
   // NOTE [setup agreement]: the members' settings, agreed before any rank routes a call by them.
   const std::string why =
@@ -97,7 +97,7 @@ std::map<std::string, std::pair<int64_t, int64_t>> PurlinBackend::counters() con
 
 std::string PurlinBackend::fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors,
                                            int64_t table_bytes, bool* by_table, const c10d::ReduceOp* redop,
-                                           bool* hier) const {
+                                           bool* span) const {
   hosts_->ensure(op.c_str());  // NOTE [host map at the first collective] (group_hosts.h)
   bool cuda_op = false;
   for (const auto& t : tensors) cuda_op |= t.defined() && t.is_cuda();
@@ -129,7 +129,7 @@ std::string PurlinBackend::fallback_reason(const std::string& op, const std::vec
     if (!to_dtype(t.scalar_type(), &d) && !gloo_refuses)
       return std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported natively";
   }
-  if (C10_UNLIKELY(hosts_->spans())) return hosts_->route(op, tensors, table_bytes, redop, hier);  // NOTE [host map]
+  if (C10_UNLIKELY(hosts_->spans())) return hosts_->route(span);  // NOTE [groups spanning hosts]
   return "";
 }
 

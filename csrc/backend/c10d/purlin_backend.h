@@ -142,11 +142,15 @@ class PurlinBackend : public c10d::Backend {
   // set when the table (not a limit) sends the op to NCCL.
   // `redop`: the op's reduction, for reducing ops (bitwise ones fall back).
   // NOTE [host map]: every collective calls it first, so it maps the group's hosts at the
-  // first one; `hier` (ops with a hierarchical form): set, with "" returned, when the op
-  // runs hierarchically in a group that spans hosts (NOTE [hierarchical collectives]).
+  // first one; `span`: set, with "" returned, when the op runs through the group's GroupHosts
+  // because the group spans hosts (NOTE [groups spanning hosts]); null: such an op falls back.
   std::string fallback_reason(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes = -1,
                               bool* by_table = nullptr, const c10d::ReduceOp* redop = nullptr,
-                              bool* hier = nullptr) const;
+                              bool* span = nullptr) const;
+  // Runs `call` (a GroupHosts collective) and returns its Work, kept for endCoalescing() inside a
+  // coalescing block, where an error is kept for it too (NOTE [coalescing]).
+  template <class Call>
+  c10::intrusive_ptr<c10d::Work> spanning(Call&& call);
   // Counts the fallback of `op` and returns the backend that serves it.
   c10d::Backend& fallback_for(const std::string& op, const std::vector<at::Tensor>& tensors, const std::string& why,
                               bool by_table);

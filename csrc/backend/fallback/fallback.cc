@@ -98,6 +98,12 @@ std::vector<c10::intrusive_ptr<c10d::Backend>> Fallback::made() const {
   return out;
 }
 
+void Fallback::abandon() {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& kv : backends_) kv.second.release();  // leaked on purpose: never destroyed
+  backends_.clear();
+}
+
 void Fallback::shutdown_all() {
   for_each_backend(made(), [](c10d::Backend& b) { b.shutdown(); });
 }

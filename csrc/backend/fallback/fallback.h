@@ -61,6 +61,11 @@ class Fallback {
   void shutdown_all();
   void abort_all();
 
+  // Drops the fallback backends made so far without destroying them, for a group aborted while an
+  // op of theirs is in flight: gloo cannot abort one, and its destructor would wait for it until
+  // the timeout (NOTE [call agreement]). Later ops make new ones. Callable from any thread.
+  void abandon();
+
   // op -> (native calls, fallback calls)
   std::map<std::string, std::pair<int64_t, int64_t>> counters() const;
 
