@@ -15,7 +15,7 @@ its elements lives in that rank's flat buffer:
                                  strides[k]) of the buffer (row-major by default),
                                  as a CuTe layout shape:stride.
 
-`inputs` and `outputs` are a placement every rank shares, or one entry per rank:
+`inputs` and `outputs` are a placement or a Piece every rank shares, or one entry per rank:
 None (holds nothing), a Piece, a placement, or a list of Pieces.
 
     spec = collective("ulysses", (S, H, D), inputs=Shard(0), outputs=Shard(1), world=W)
@@ -127,7 +127,7 @@ def collective(name, shape, inputs, outputs, world, op=None, max_chunks=MAX_CHUN
 
 def _key(side):
     # Hashable form of a layout argument (the cache key).
-    if isinstance(side, (Shard, Replicate, Partial)):
+    if isinstance(side, (Shard, Replicate, Partial, Piece)):
         return side
     return tuple(tuple(e) if isinstance(e, (list, tuple)) else e for e in side)
 
@@ -151,7 +151,7 @@ def _build(name, shape, inputs, outputs, world, redop, max_chunks):
 def _pieces(name, side, arg, shape, world, redop):
     """Per rank, its list of Pieces (validated against `shape`)."""
     n = len(shape)
-    if isinstance(arg, (Shard, Replicate, Partial)):
+    if isinstance(arg, (Shard, Replicate, Partial, Piece)):
         entries = [arg] * world
     else:
         if len(arg) != world:

@@ -14,6 +14,7 @@ import torch
 import torch_purlin
 from torch_purlin import Chunk, OpKind, Placement, RedOp, Region, Spec, make_plan, specs
 from torch_purlin.layouts import LayoutError, Partial, Piece, Replicate, Shard, TooManyChunks, collective
+from torch_purlin.app_collectives import _a2a_dims_spec, _moe_layouts  # noqa: E402
 
 
 def restated(name, W, n, root=0, op=RedOp.SUM, splits=None):
@@ -205,6 +206,42 @@ def math_prod(xs):
     for x in xs:
         out *= x
     return out
+
+
+def test_all_to_all_dims_is_w_squared_chunks_of_2d_regions():
+    for W, (X, s, g) in itertools.product((2, 4, 8), [((4, 8, 3), 1, 0), ((8, 4, 3), 0, 1), ((2, 8, 5, 3), 2, 0),
+                                                      ((8, 3), 0, 0), ((3, 8, 2), 1, 1)]):
+        X = tuple(x * (W if k == s else 1) for k, x in enumerate(X))
+        si = torch.empty(X).stride()
+        Y = list(X)
+        Y[s] //= W
+        Y[g] *= W
+        so = torch.empty(Y).stride()
+        spec = _a2a_dims_spec(X, s, g, W, si, so, 1 << 20)
+        assert len(spec.chunks) == W * W, (W, X, s, g)
+        # The semantics, by the interpreter: output = cat_r chunk(input_r, W, s)[me] along g.
+        xs = [torch.randint(1, 1000, X) for _ in range(W)]
+        outs = [torch.zeros(Y, dtype=torch.int64) for _ in range(W)]
+        interpret(spec, [x.view(-1) for x in xs], [o.view(-1) for o in outs])
+        for me in range(W):
+            assert torch.equal(outs[me], torch.cat([x.chunk(W, s)[me] for x in xs], g)), (W, X, s, g, me)
+
+
+def test_moe_dispatch_layout_is_expert_major():
+    W, E, H = 3, 6, 2
+    g = torch.Generator().manual_seed(5)
+    counts = torch.randint(0, 4, (W, E), generator=g)
+    counts[1, 2] = 0
+    xs = [torch.randint(1, 100, (int(counts[s].sum()), H), generator=g) for s in range(W)]
+    L = E // W
+    want = [torch.cat([xs[s][counts[s, :e].sum():counts[s, :e + 1].sum()] for l in range(L) for s in range(W)
+                       for e in [d * L + l]]) for d in range(W)]
+    outs = [torch.zeros_like(w) for w in want]
+    shape, by_expert, expert_major = _moe_layouts("moe_dispatch", 0, counts, W, xs[0], outs[0])
+    spec = collective("moe_dispatch", shape, by_expert, expert_major, W)
+    interpret(spec, [x.view(-1) for x in xs], [o.view(-1) for o in outs])
+    for d in range(W):
+        assert torch.equal(outs[d], want[d]), d
 
 
 def test_transposed_pieces_split_into_rows_and_are_bounded():
