@@ -10,6 +10,7 @@ Each writes straight into `output` from the peers' inputs, however the tensors
 are strided (NOTE [layouts of the caller's tensors]); async_op=True returns a
 Work; under torch.compile each runs as the registered op purlin::<name>.
 """
+import functools
 import math
 
 import torch
@@ -45,6 +46,8 @@ def _flat(t):
     """The flat view of the storage `t` spans (element 0 = t's first element)."""
     if t.numel() == 0:
         return t.new_empty(0)
+    if t.is_contiguous():
+        return t.view(-1)
     span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
     return t.as_strided((span,), (1,), t.storage_offset())
 
@@ -156,6 +159,7 @@ def all_to_all_dims(output, input, scatter_dim, gather_dim, group=None, async_op
     return _run(fn, build, output, input, group, async_op, True, True)
 
 
+@functools.lru_cache(maxsize=256)
 def _a2a_dims_spec(X, s, g, W, si, so, max_chunks):
     # The logical tensor: the input's dims with a source-rank dim before gather_dim and
     # scatter_dim split into (dest rank, chunk). Rank r's input is the box at source r,
@@ -217,6 +221,19 @@ def _v_pieces(shape, counts, d):
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _all_gather_v_spec(shape, counts, d, so, W, max_chunks):
+    outs = Piece((0,) * len(shape), shape, strides=so)
+    return layouts.collective("all_gather_v", shape, _v_pieces(shape, counts, d), outs, W, max_chunks=max_chunks)
+
+
+@functools.lru_cache(maxsize=256)
+def _reduce_scatter_v_spec(shape, counts, d, si, W, redop, max_chunks):
+    ins = Piece((0,) * len(shape), shape, strides=si)
+    return layouts.collective("reduce_scatter_v", shape, ins, _v_pieces(shape, counts, d), W, op=redop,
+                              max_chunks=max_chunks)
+
+
 def all_gather_v(output, input, counts, dim=0, group=None, async_op=False):
     """All-gather of uneven pieces along `dim`: rank r's input holds counts[r] slices
     (zeros allowed), output = cat of every rank's input along `dim`; no padding.
@@ -233,9 +250,7 @@ def all_gather_v(output, input, counts, dim=0, group=None, async_op=False):
     shape = tuple(output.shape)
 
     def build(si, so, max_chunks):
-        outs = Piece((0,) * len(shape), shape, strides=so)
-        return layouts.collective("all_gather_v", shape, _v_pieces(shape, counts, d), outs, W,
-                                  max_chunks=max_chunks)
+        return _all_gather_v_spec(shape, tuple(counts), d, so, W, max_chunks)
 
     return _run(fn, build, output, input, group, async_op, False, True)
 
@@ -261,9 +276,7 @@ def reduce_scatter_v(output, input, counts, dim=0, op=dist.ReduceOp.SUM, group=N
         _fail(fn, me, str(e))
 
     def build(si, so, max_chunks):
-        ins = Piece((0,) * len(shape), shape, strides=si)
-        return layouts.collective("reduce_scatter_v", shape, ins, _v_pieces(shape, counts, d), W, op=redop,
-                                  max_chunks=max_chunks)
+        return _reduce_scatter_v_spec(shape, tuple(counts), d, si, W, redop, max_chunks)
 
     return _run(fn, build, output, input, group, async_op, True, False)
 
