@@ -188,6 +188,11 @@ class AppCollectiveCases:
         for call, match in bad:
             with self.assertRaisesRegex(ValueError, match):
                 call()
+        # NOTE [layouts of the caller's tensors]: ranks whose inputs are strided differently name
+        # different Specs; the call tag refuses the call on every rank, nothing is moved.
+        x = torch.zeros(2, 2 * W, 5)[..., :3] if me == 1 else torch.zeros(2, 2 * W, 3)
+        with self.assertRaisesRegex(RuntimeError, f"purlin custom on rank {me}: rank .* passed a different custom spec"):
+            torch_purlin.all_to_all_dims(torch.empty(2 * W, 2, 3), x, 1, 0)
         # The group still works after refused calls.
         t = torch.ones(3)
         dist.all_reduce(t)

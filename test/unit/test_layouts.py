@@ -244,6 +244,25 @@ def test_moe_dispatch_layout_is_expert_major():
         assert torch.equal(outs[d], want[d]), d
 
 
+def test_halo_exchange_of_the_guide():
+    # docs/CUSTOM_COLLECTIVES.md example 3: rank r gets its rows with one halo row above and below.
+    N, C, W, R = 8, 3, 4, 2
+    outs = []
+    for r in range(W):
+        lo, hi = max(r * R - 1, 0), min(r * R + R + 1, N)
+        outs.append(Piece((lo, 0), (hi - lo, C), offset=C if r == 0 else 0))
+    spec = collective("halo_rows", (N, C), Shard(0), outs, W)
+    assert len(spec.chunks) == 2 * W
+    grid = torch.arange(1, N * C + 1).view(N, C)
+    got = [torch.zeros(R + 2, C, dtype=torch.int64) for _ in range(W)]
+    interpret(spec, [grid[r * R:(r + 1) * R].reshape(-1) for r in range(W)], [g.view(-1) for g in got])
+    for r in range(W):
+        want = torch.zeros(R + 2, C, dtype=torch.int64)
+        lo, hi = max(r * R - 1, 0), min(r * R + R + 1, N)
+        want[lo - (r * R - 1):lo - (r * R - 1) + hi - lo] = grid[lo:hi]
+        assert torch.equal(got[r], want), r
+
+
 def test_transposed_pieces_split_into_rows_and_are_bounded():
     # A transposed input piece has no stride-1 run along the logical rows: one chunk per row.
     spec = collective("t", (4, 6), [Piece((0, 0), (4, 6), strides=(1, 4))], Replicate(), 1)
