@@ -8,10 +8,14 @@ turns its [B, S, heads/W, D] output back into [B, S/W, heads, D], as DeepSpeed's
 DistributedAttention does with permutes around all_to_all_single. A tiny random Llama (fp64, GQA)
 run this way gives the hidden states of the same model run whole on one rank (to fp64 rounding:
 the projections run on S/W rows instead of S), and bit for bit those of the same layer with
-the composed all-to-all (permute + all_to_all_single + copy). World 2 and 4.
+the composed all-to-all (permute + all_to_all_single + copy). World 2; world 4 on demand.
 
     python -m pytest test/clients/test_transformers_ulysses_cpu.py -q
+    PURLIN_TEST_ULYSSES_WORLDS=2,4 python -m pytest test/clients/test_transformers_ulysses_cpu.py -q
 """
+import os
+import unittest
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -20,6 +24,7 @@ from torch.testing._internal.common_utils import run_tests
 from hf_tp_util import transformers_missing
 from mp_util import BACKEND, DistTestCase, spawned
 
+WORLDS = os.environ.get("PURLIN_TEST_ULYSSES_WORLDS", "2").split(",")
 pytestmark = pytest.mark.skipif(bool(transformers_missing()) or BACKEND != "purlin",
                                 reason=transformers_missing() or "purlin's all_to_all_dims")
 
@@ -83,10 +88,12 @@ class UlyssesCases:
         self.assertGreater(torch_purlin.counters().get("custom", (0, 0))[0], 0, f"{what}: no native custom collective")
 
 
+@unittest.skipUnless("2" in WORLDS, "PURLIN_TEST_ULYSSES_WORLDS leaves out world 2")
 class TestUlyssesWorld2(UlyssesCases, DistTestCase):
     WORLD_SIZE = 2
 
 
+@unittest.skipUnless("4" in WORLDS, "world 4 on demand: PURLIN_TEST_ULYSSES_WORLDS=2,4")
 class TestUlyssesWorld4(UlyssesCases, DistTestCase):
     WORLD_SIZE = 4
 
