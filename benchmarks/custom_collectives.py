@@ -163,7 +163,8 @@ def provenance():
             return "?"
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": run("git", "rev-parse", "--short", "HEAD") + (" (dirty)" if run("git", "status", "--porcelain", "-uno") else ""),
+        "commit": run("git", "rev-parse", "--short", "HEAD")
+        + (" (dirty)" if run("git", "status", "--porcelain", "-uno") else ""),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
         "load": run("uptime"),
     }

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from . import layouts
-from .layouts import Partial, Piece, Replicate
+from .layouts import Piece
 from .spec import run_spec
 
 # NOTE [layouts of the caller's tensors] A Spec names every rank's regions, and every
@@ -84,7 +84,8 @@ def _run(fn, build, output, input, group, async_op, in_strided, out_strided):
         in_strided = out_strided = False
         spec = build(_strides(input, False), _strides(output, False), 1 << 62)
     src = input if in_strided or input.is_contiguous() else input.contiguous()
-    dst = output if out_strided or output.is_contiguous() else torch.empty_like(output, memory_format=torch.contiguous_format)
+    dst = output if out_strided or output.is_contiguous() else \
+        torch.empty_like(output, memory_format=torch.contiguous_format)
     work = run_spec(spec, _flat(src), _flat(dst), group, async_op=True)
     if dst is not output:
         work = _CopyBack(work, dst, output)

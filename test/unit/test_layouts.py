@@ -274,7 +274,8 @@ def test_transposed_pieces_split_into_rows_and_are_bounded():
 # ---------------------------------------------------------------- errors
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: collective("c", (8,), Replicate(), Replicate(), 2), r"overlap: ranks 0 and 1 both hold logical element \(0,\)"),
+    (lambda: collective("c", (8,), Replicate(), Replicate(), 2),
+     r"overlap: ranks 0 and 1 both hold logical element \(0,\)"),
     (lambda: collective("c", (8,), [Piece((0,), (3,)), Piece((4,), (4,))], Replicate(), 2),
      r"gap: logical element \(3,\) is in rank 0's output but in no rank's input"),
     (lambda: collective("c", (8, 4), Shard(1, sizes=(1, 2)), Replicate(), 2),
@@ -289,7 +290,8 @@ def test_transposed_pieces_split_into_rows_and_are_bounded():
      r"rank 0's output piece 0: strides \(1, 2\) store several elements"),
     (lambda: collective("c", (8,), Partial(), Replicate(), 2), r"rank 0's input: Partial\(\) needs a reduce op"),
     (lambda: collective("c", (8,), Replicate(), Replicate(), 2, op="sum"), r"Replicate\(\) inputs hold equal values"),
-    (lambda: collective("c", (8,), Partial(), Partial(), 2, op="sum"), r"rank 0's output: Partial\(\) describes inputs"),
+    (lambda: collective("c", (8,), Partial(), Partial(), 2, op="sum"),
+     r"rank 0's output: Partial\(\) describes inputs"),
     (lambda: collective("c", (8,), [Shard(0)], Replicate(), 2), r"inputs name 1 ranks, the world has 2"),
     (lambda: collective("c", (8,), Partial(), Replicate(), 2, op="band"), r"reduce op 'band' is not supported"),
 ])

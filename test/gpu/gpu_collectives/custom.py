@@ -40,7 +40,8 @@ def run(c):
         torch_purlin.all_to_all_dims(back, out, 0, 1, group=pg)
         assert_equal(back, x, "all_to_all_dims inverse")
 
-    for S, H, D, dtype, async_op in ((4 * W, 2 * W, 8, torch.float32, False), (64 * W, 4 * W, 128, torch.bfloat16, True),
+    for S, H, D, dtype, async_op in ((4 * W, 2 * W, 8, torch.float32, False),
+                                     (64 * W, 4 * W, 128, torch.bfloat16, True),
                                      (512 * W, 2 * W, 64, torch.float16, False)):
         R.check(f"all_to_all_dims S={S} H={H} D={D} {dtype}", ulysses, S, H, D, dtype, async_op)
 
