@@ -242,7 +242,7 @@ def all_gather_v(output, input, counts, dim=0, group=None, async_op=False):
     all_gather of uneven tensors (data-parallel attention's token gather)."""
     fn = "all_gather_v"
     if _compiled(fn, async_op):
-        torch.ops.purlin.all_gather_v(output, input, list(counts), dim, _group_name(group))
+        torch.ops.purlin.all_gather_v(output, input, [int(c) for c in counts], dim, _group_name(group))
         return None
     W, me = _group_size_rank(fn, group)
     _check_pair(fn, me, output, input)
@@ -263,7 +263,7 @@ def reduce_scatter_v(output, input, counts, dim=0, op=dist.ReduceOp.SUM, group=N
     narrow (MoE / uneven sequence shards)."""
     fn = "reduce_scatter_v"
     if _compiled(fn, async_op):
-        torch.ops.purlin.reduce_scatter_v(output, input, list(counts), dim, layouts.redop_of(op).name,
+        torch.ops.purlin.reduce_scatter_v(output, input, [int(c) for c in counts], dim, layouts.redop_of(op).name,
                                           _group_name(group))
         return None
     W, me = _group_size_rank(fn, group)
