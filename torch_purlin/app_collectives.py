@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from . import layouts
 from .layouts import Piece
-from .spec import run_spec
+from .registration import get_purlin_backend
 
 # NOTE [layouts of the caller's tensors] A Spec names every rank's regions, and every
 # rank must build the same Spec (its hash is each call's tag). A tensor whose shape is
@@ -35,7 +35,8 @@ APP_MAX_CHUNKS_PER_PAIR = 16
 def _group_size_rank(fn, group):
     if not dist.is_initialized():
         raise RuntimeError(f"{fn}: torch.distributed is not initialized")
-    return dist.get_world_size(group), dist.get_rank(group)
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return pg.size(), pg.rank()
 
 
 def _fail(fn, rank, what):
@@ -53,9 +54,12 @@ def _flat(t):
 
 
 def _strides(t, strided):
-    if strided:
-        return tuple(t.stride())
-    return Piece((0,) * t.dim(), tuple(t.shape)).strides
+    return tuple(t.stride()) if strided else _contiguous_strides(tuple(t.shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _contiguous_strides(shape):
+    return Piece((0,) * len(shape), shape).strides
 
 
 class _CopyBack:
@@ -76,7 +80,7 @@ class _CopyBack:
 def _run(fn, build, output, input, group, async_op, in_strided, out_strided):
     """Builds the Spec with the tensors' own strides where allowed, else contiguous
     ones (NOTE [layouts of the caller's tensors]), and runs it."""
-    W = dist.get_world_size(group)
+    W = (group if group is not None else dist.distributed_c10d._get_default_group()).size()
     try:
         spec = build(_strides(input, in_strided), _strides(output, out_strided),
                      APP_MAX_CHUNKS_PER_PAIR * W * W)
@@ -86,7 +90,8 @@ def _run(fn, build, output, input, group, async_op, in_strided, out_strided):
     src = input if in_strided or input.is_contiguous() else input.contiguous()
     dst = output if out_strided or output.is_contiguous() else \
         torch.empty_like(output, memory_format=torch.contiguous_format)
-    work = run_spec(spec, _flat(src), _flat(dst), group, async_op=True)
+    # The Spec was built for this group's size: the backend runs it directly (run_spec's checks, less one).
+    work = get_purlin_backend(group, input.device.type).run_spec(spec, _flat(src), _flat(dst))
     if dst is not output:
         work = _CopyBack(work, dst, output)
     if async_op:
