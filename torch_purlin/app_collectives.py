@@ -289,9 +289,10 @@ def reduce_scatter_v(output, input, counts, dim=0, op=dist.ReduceOp.SUM, group=N
 
 # ---------------------------------------------------------------- MoE dispatch / combine
 
-def _moe_layouts(fn, me, counts, W, sent, received):
-    """(logical shape, per-rank sorted-by-expert pieces, per-rank expert-major pieces)."""
-    rows = counts.tolist() if isinstance(counts, torch.Tensor) else [list(r) for r in counts]
+def _moe_table(fn, me, counts, W, sent, received):
+    """The validated [W, E] counts as a tuple of tuples."""
+    rows = counts.tolist() if isinstance(counts, torch.Tensor) else counts
+    rows = tuple(tuple(int(c) for c in r) for r in rows)
     if len(rows) != W or any(len(r) != len(rows[0]) for r in rows):
         _fail(fn, me, f"counts must be a [world size {W}, experts] table (every rank's tokens per expert)")
     E = len(rows[0])
@@ -300,14 +301,25 @@ def _moe_layouts(fn, me, counts, W, sent, received):
     if any(c < 0 for r in rows for c in r):
         _fail(fn, me, "counts has a negative entry")
     L = E // W
-    rest = tuple(sent.shape[1:])
-    if tuple(received.shape[1:]) != rest:
+    if tuple(received.shape[1:]) != tuple(sent.shape[1:]):
         _fail(fn, me, f"the token tensors' trailing shapes differ: {tuple(sent.shape)} and {tuple(received.shape)}")
     if sent.shape[0] != sum(rows[me]):
         _fail(fn, me, f"the sorted-by-expert tensor has {sent.shape[0]} tokens, counts[{me}] sums to {sum(rows[me])}")
     mine = sum(rows[s][me * L + l] for s in range(W) for l in range(L))
     if received.shape[0] != mine:
         _fail(fn, me, f"the expert-major tensor has {received.shape[0]} tokens, its experts get {mine}")
+    return rows
+
+
+def _moe_layouts(fn, me, counts, W, sent, received):
+    """(logical shape, per-rank sorted-by-expert pieces, per-rank expert-major pieces)."""
+    return _moe_pieces(_moe_table(fn, me, counts, W, sent, received), tuple(sent.shape[1:]), W)
+
+
+@functools.lru_cache(maxsize=64)
+def _moe_pieces(rows, rest, W):
+    E = len(rows[0])
+    L = E // W
     start = [[0] * E for _ in range(W)]
     at = 0
     for s in range(W):
@@ -317,7 +329,7 @@ def _moe_layouts(fn, me, counts, W, sent, received):
     shape = (at,) + rest
     zeros = (0,) * len(rest)
     row = math.prod(rest)
-    by_expert = [Piece((start[s][0],) + zeros, (sum(rows[s]),) + rest) for s in range(W)]
+    by_expert = tuple(Piece((start[s][0],) + zeros, (sum(rows[s]),) + rest) for s in range(W))
     expert_major = []
     for d in range(W):
         ps, off = [], 0
@@ -328,7 +340,14 @@ def _moe_layouts(fn, me, counts, W, sent, received):
                     ps.append(Piece((start[s][d * L + l],) + zeros, (c,) + rest, offset=off * row))
                 off += c
         expert_major.append(tuple(ps))
-    return shape, by_expert, expert_major
+    return shape, by_expert, tuple(expert_major)
+
+
+@functools.lru_cache(maxsize=64)
+def _moe_spec(fn, rows, rest, W):
+    shape, by_expert, expert_major = _moe_pieces(rows, rest, W)
+    ins, outs = (by_expert, expert_major) if fn == "moe_dispatch" else (expert_major, by_expert)
+    return layouts.collective(fn, shape, ins, outs, W)
 
 
 def moe_dispatch(output, input, counts, group=None, async_op=False):
@@ -360,11 +379,10 @@ def _moe(fn, output, input, counts, group, async_op, dispatch):
     if input.dim() < 1:
         _fail(fn, me, "token tensors need a leading token dim")
     sent, received = (input, output) if dispatch else (output, input)
-    shape, by_expert, expert_major = _moe_layouts(fn, me, counts, W, sent, received)
-    ins, outs = (by_expert, expert_major) if dispatch else (expert_major, by_expert)
+    rows = _moe_table(fn, me, counts, W, sent, received)
 
     def build(si, so, max_chunks):
-        return layouts.collective(fn, shape, ins, outs, W)
+        return _moe_spec(fn, rows, tuple(sent.shape[1:]), W)
 
     return _run(fn, build, output, input, group, async_op, False, False)
 
