@@ -1,5 +1,8 @@
 """User-defined collectives: a Spec (layouts + operation) run on a group.
 
+Name one by layouts with torch_purlin.layouts.collective (docs/CUSTOM_COLLECTIVES.md);
+below, the Spec it lowers to.
+
 A Spec lists chunks; each chunk names its sources (rank, Region of that rank's
 input) and dests (rank, Region of that rank's output). With OpKind.COPY a
 chunk has one source; with OpKind.REDUCE every dest receives the reduction of

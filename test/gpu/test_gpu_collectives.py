@@ -6,7 +6,7 @@ every case in sequence and writes one line per case; the pytest functions
 below then report the cases family by family, so the whole suite pays for
 process start-up and NCCL initialisation once. The families live in
 gpu_collectives/, one module per concern (ops, streams, settings, pool,
-protocols, errors), each a run(c) over the worker's context.
+protocols, custom, errors), each a run(c) over the worker's context.
 
 Reference: NCCL in the same processes (the default group is
 "cpu:gloo,cuda:nccl"), plus a float64/int64 CPU reduction of every rank's
@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from gpu_harness import Runner, check_exited_cleanly, check_family, gpus_missing, init_worker, run_suite, shares_gpu
 
-from gpu_collectives import errors, ops, pool, protocols, settings, streams
+from gpu_collectives import custom, errors, ops, pool, protocols, settings, streams
 from gpu_collectives.checks import PURLIN_TIMEOUT, make_input
 
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu.sh NPROC)
@@ -37,7 +37,7 @@ FAMILIES = (
     "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
     "mixed_backend", "setup_agreement", "counters", "fallback", "protocol_table", "zero_copy", "peer_outputs", "push",
-    "lines", "parity", "overlapped_launch", "block_counts", "call_tag", "timeout",
+    "lines", "parity", "overlapped_launch", "block_counts", "call_tag", "timeout", "custom_collectives",
 )
 
 
@@ -65,7 +65,7 @@ def _worker(rank, world, init_file, log_path):
         return [make_input(s, r, n, dtype, op) for r in range(W)]
 
     c = SimpleNamespace(rank=rank, W=W, dev=dev, R=R, pg=pg, host=host, nccl=nccl, shared=shared, inputs=inputs)
-    for families in (ops, streams, settings, pool, protocols, errors):
+    for families in (ops, streams, settings, pool, protocols, custom, errors):
         families.run(c)
 
     torch.cuda.synchronize()

@@ -181,7 +181,7 @@ def test_custom_strided_reduce_spec():
     W = 3
     chunk = Chunk([Placement(r, Region(1, 4, 3, 5)) for r in range(W)],
                   [Placement(r, Region(2, 4, 3, 7)) for r in range(W)])
-    spec = Spec("strided_sum", OpKind.REDUCE, RedOp.SUM, W, [chunk])
+    spec = Spec("strided_sum", OpKind.REDUCE, W, [chunk], redop=RedOp.SUM)
     assert spec.input_numel == [1 + 3 * 5 + 3] * W
     for two_shot in (False, True):
         check(spec, 4, 1, two_shot, True)
@@ -189,9 +189,9 @@ def test_custom_strided_reduce_spec():
 
 def test_bad_specs_are_rejected():
     with pytest.raises(ValueError, match="exactly one source"):
-        Spec("bad", OpKind.COPY, RedOp.SUM, 2,
+        Spec("bad", OpKind.COPY, 2,
              [Chunk([Placement(0, Region(0, 1, 4)), Placement(1, Region(0, 1, 4))], [Placement(0, Region(0, 1, 4))])])
     with pytest.raises(ValueError, match="outside the world"):
-        Spec("bad", OpKind.COPY, RedOp.SUM, 2, [Chunk([Placement(2, Region(0, 1, 4))], [])])
+        Spec("bad", OpKind.COPY, 2, [Chunk([Placement(2, Region(0, 1, 4))], [])])
     with pytest.raises(ValueError, match="element count"):
-        Spec("bad", OpKind.COPY, RedOp.SUM, 2, [Chunk([Placement(0, Region(0, 1, 4))], [Placement(1, Region(0, 1, 3))])])
+        Spec("bad", OpKind.COPY, 2, [Chunk([Placement(0, Region(0, 1, 4))], [Placement(1, Region(0, 1, 3))])])

@@ -6,6 +6,8 @@
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "backend/c10d/gil_released_holder.h"
 #include "backend/host/protocol_table.h"
 #include "backend/c10d/purlin_backend.h"
@@ -69,11 +71,15 @@ PYBIND11_MODULE(_C, m) {
       .value("PREMUL_SUM", RedOp::PremulSum);
   py::enum_<snac::OpKind>(m, "OpKind").value("COPY", snac::OpKind::Copy).value("REDUCE", snac::OpKind::Reduce);
 
-  py::class_<snac::Region>(m, "Region")
+  // NOTE [spec bindings]: every constructor and builder takes named arguments; a copy Spec has no
+  // reduce op (its `redop` reads None), a reduce Spec's defaults to SUM.
+  py::class_<snac::Region>(m, "Region", "A 2-D strided view of a flat buffer, in elements: `rows` runs of `row_len` "
+                                        "contiguous elements, run i starting at offset + i * stride.")
       .def(py::init([](int64_t offset, int64_t rows, int64_t row_len, int64_t stride) {
              return snac::Region{offset, rows, row_len, stride < 0 ? row_len : stride};
            }),
-           py::arg("offset"), py::arg("rows"), py::arg("row_len"), py::arg("stride") = -1)
+           py::arg("offset"), py::arg("rows"), py::arg("row_len"), py::arg("stride") = -1,
+           "stride defaults to row_len (a contiguous region)")
       .def_readwrite("offset", &snac::Region::offset)
       .def_readwrite("rows", &snac::Region::rows)
       .def_readwrite("row_len", &snac::Region::row_len)
@@ -83,51 +89,81 @@ PYBIND11_MODULE(_C, m) {
         return "Region(offset=" + std::to_string(r.offset) + ", rows=" + std::to_string(r.rows) +
                ", row_len=" + std::to_string(r.row_len) + ", stride=" + std::to_string(r.stride) + ")";
       });
-  py::class_<snac::Placement>(m, "Placement")
-      .def(py::init([](int rank, snac::Region region) { return snac::Placement{rank, region}; }))
+  py::class_<snac::Placement>(m, "Placement", "A region of one rank's input (a source) or output (a dest).")
+      .def(py::init([](int rank, snac::Region region) { return snac::Placement{rank, region}; }), py::arg("rank"),
+           py::arg("region"))
       .def_readwrite("rank", &snac::Placement::rank)
-      .def_readwrite("region", &snac::Placement::region);
-  py::class_<snac::Chunk>(m, "Chunk")
+      .def_readwrite("region", &snac::Placement::region)
+      .def("__repr__", [](const snac::Placement& p) {
+        return "Placement(rank=" + std::to_string(p.rank) + ", " + py::repr(py::cast(p.region)).cast<std::string>() +
+               ")";
+      });
+  py::class_<snac::Chunk>(m, "Chunk", "Elements read from `sources` and written to every one of `dests`, numbered "
+                                      "row-major through each region (all of one element count).")
       .def(py::init([](std::vector<snac::Placement> s, std::vector<snac::Placement> d) {
-        return snac::Chunk{std::move(s), std::move(d)};
-      }))
+             return snac::Chunk{std::move(s), std::move(d)};
+           }),
+           py::arg("sources"), py::arg("dests"))
       .def_readwrite("sources", &snac::Chunk::sources)
       .def_readwrite("dests", &snac::Chunk::dests)
       .def("numel", &snac::Chunk::numel);
-  py::class_<snac::Spec>(m, "Spec")
-      .def(py::init([](std::string name, snac::OpKind kind, RedOp redop, int world, std::vector<snac::Chunk> chunks) {
-        snac::Spec s;
-        s.name = std::move(name);
-        s.kind = kind;
-        s.redop = redop;
-        s.world = world;
-        s.chunks = std::move(chunks);
-        try {
-          s.finalize();
-        } catch (const std::exception& e) {
-          throw py::value_error(e.what());
-        }
-        return s;
-      }))
+  py::class_<snac::Spec>(m, "Spec", "A collective: chunks, copy or reduce, over `world` ranks (validated when made).")
+      .def(py::init([](std::string name, snac::OpKind kind, int world, std::vector<snac::Chunk> chunks,
+                       std::optional<RedOp> redop) {
+             if (kind == snac::OpKind::Copy && redop)
+               throw py::value_error("spec '" + name + "': a copy Spec takes no reduce op");
+             snac::Spec s;
+             s.name = std::move(name);
+             s.kind = kind;
+             s.redop = redop.value_or(RedOp::Sum);
+             s.world = world;
+             s.chunks = std::move(chunks);
+             try {
+               s.finalize();
+             } catch (const std::exception& e) {
+               throw py::value_error(e.what());
+             }
+             return s;
+           }),
+           py::arg("name"), py::arg("kind"), py::arg("world"), py::arg("chunks"), py::arg("redop") = py::none(),
+           "kind: OpKind.COPY (each chunk has one source) or OpKind.REDUCE (dests get the reduction of every "
+           "source by `redop`, SUM when omitted)")
       .def_readonly("name", &snac::Spec::name)
       .def_readonly("kind", &snac::Spec::kind)
-      .def_readonly("redop", &snac::Spec::redop)
+      .def_property_readonly("redop",
+                             [](const snac::Spec& s) -> std::optional<RedOp> {
+                               if (s.kind == snac::OpKind::Copy) return std::nullopt;
+                               return s.redop;
+                             })
       .def_readonly("world", &snac::Spec::world)
       .def_readonly("chunks", &snac::Spec::chunks)
       .def_readonly("input_numel", &snac::Spec::input_numel)
-      .def_readonly("output_numel", &snac::Spec::output_numel);
+      .def_readonly("output_numel", &snac::Spec::output_numel)
+      .def("__repr__", [](const snac::Spec& s) {
+        return "Spec(name='" + s.name + "', kind=" + (s.kind == snac::OpKind::Copy ? "COPY" : "REDUCE") +
+               ", world=" + std::to_string(s.world) + ", chunks=" + std::to_string(s.chunks.size()) + ")";
+      });
 
-  auto specs = m.def_submodule("specs", "built-in collectives as Specs");
-  specs.def("all_reduce", &snac::all_reduce);
-  specs.def("reduce", &snac::reduce);
-  specs.def("broadcast", &snac::broadcast);
-  specs.def("all_gather", &snac::all_gather);
-  specs.def("reduce_scatter", &snac::reduce_scatter);
-  specs.def("all_to_all", &snac::all_to_all);
-  specs.def("gather", &snac::gather);
-  specs.def("scatter", &snac::scatter);
-  specs.def("barrier", &snac::barrier);
-  specs.def("interleaved_all_gather", &snac::interleaved_all_gather);
+  auto specs = m.def_submodule("specs", "built-in collectives as Specs (sizes in elements)");
+  specs.def("all_reduce", &snac::all_reduce, py::arg("world"), py::arg("n"), py::arg("op") = RedOp::Sum,
+            "every rank: n in -> n out, reduced over all ranks");
+  specs.def("reduce", &snac::reduce, py::arg("world"), py::arg("n"), py::arg("op"), py::arg("root"),
+            "every rank: n in; root: n out, reduced over all ranks");
+  specs.def("broadcast", &snac::broadcast, py::arg("world"), py::arg("n"), py::arg("root"),
+            "root's n elements copied to every other rank");
+  specs.def("all_gather", &snac::all_gather, py::arg("world"), py::arg("n"),
+            "every rank: n in -> world*n out, rank r's block at r*n");
+  specs.def("reduce_scatter", &snac::reduce_scatter, py::arg("world"), py::arg("n"), py::arg("op") = RedOp::Sum,
+            "every rank: world*n in -> n out; rank r gets block r reduced over ranks");
+  specs.def("all_to_all", &snac::all_to_all, py::arg("world"), py::arg("splits"),
+            "splits[s][d] elements from rank s to rank d; inputs by destination, outputs by source");
+  specs.def("gather", &snac::gather, py::arg("world"), py::arg("n"), py::arg("root"),
+            "every rank: n in; root: world*n out");
+  specs.def("scatter", &snac::scatter, py::arg("world"), py::arg("n"), py::arg("root"),
+            "root: world*n in; every rank: n out");
+  specs.def("barrier", &snac::barrier, py::arg("world"), "no data: the arrival handshake only");
+  specs.def("interleaved_all_gather", &snac::interleaved_all_gather, py::arg("world"), py::arg("rows"),
+            py::arg("row_len"), "output row i*world + r = rank r's row i");
 
   m.def(
       "make_plan",
@@ -244,5 +280,5 @@ PYBIND11_MODULE(_C, m) {
           [](backend::PurlinBackend& self, const snac::Spec& spec, at::Tensor input, at::Tensor output) {
             return self.run_spec(spec, input, output);
           },
-          py::call_guard<py::gil_scoped_release>());
+          py::arg("spec"), py::arg("input"), py::arg("output"), py::call_guard<py::gil_scoped_release>());
 }
