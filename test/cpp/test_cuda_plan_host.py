@@ -4,8 +4,10 @@ Builds test/cpp/test_cuda_plan_emulation.cc with g++ (the Atom's host code
 and its protocol choice compile as C++) and runs it: W ranks x G blocks as
 threads interpret lowered SNAC plans exactly as plan_kernel.cuh does, across
 hundreds of back-to-back collectives, and every output is checked. And
-test_plan_symmetry.cc: every rank of every identical call chooses alike.
+test_plan_symmetry.cc: every rank of every identical call chooses alike. And
+protocol_choice_table.cc: the choices equal the golden table's.
 """
+import difflib
 import pathlib
 import shutil
 import subprocess
@@ -61,6 +63,21 @@ def test_plan_symmetry(tmp_path):
     for proto in ("+lines", "+wide-lines", "+parity", "one-shot+push", "copy+push", "one-shot+zero-copy",
                   "copy+zero-copy", "copy+peer-outputs", "two-shot+zero-copy"):
         assert proto in r.stdout, (proto, r.stdout[-2000:])
+
+
+def test_protocol_choice_golden(tmp_path):
+    """NOTE [golden protocol table]: the protocol every built-in collective gets (CPU and CUDA, plain and pool,
+    in place or not, every size class, worlds 2-8) equals test/cpp/golden/protocol_choice.txt. A change meant to
+    alter a choice regenerates the file with the table program and shows its diff."""
+    exe = build(tmp_path, "protocol_choice_table",
+                SNAC + CHOICE + ["csrc/backend/host/protocol_table.cc", "csrc/common/env.cc"])
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    golden = (ROOT / "test/cpp/golden/protocol_choice.txt").read_text()
+    if r.stdout != golden:
+        diff = list(difflib.unified_diff(golden.splitlines(), r.stdout.splitlines(), "golden", "now", lineterm="", n=0))
+        pytest.fail(f"{len(diff)} lines of the protocol table changed (regenerate with {exe} > "
+                    f"test/cpp/golden/protocol_choice.txt if meant):\n" + "\n".join(diff[:80]))
 
 
 def test_plan_protocol_emulation(emulator):
