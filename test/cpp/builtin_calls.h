@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "atom/cuda/protocol/protocol_choice.h"
+#include "lowering/protocol_choice.h"
+#include "backend/host/protocol_table.h"
 #include "backend/host/request.h"
 #include "backend/host/symmetric_use.h"
 
@@ -135,7 +136,7 @@ inline int64_t pool_offset(int r, const void* p, int64_t n_bytes) {
 
 // What one rank chose, by CudaGroup::launch's steps.
 struct Chosen {
-  cu::ProtocolChoice choice;
+  lowering::ProtocolChoice choice;
   uint64_t tag = 0;
 };
 
@@ -143,32 +144,33 @@ inline Chosen choose(const cu::ProtocolSettings& s, const Request& rq, const std
               int64_t two_shot_bytes) {
   const snac::Spec spec = build_spec(rq, all);
   const int64_t es = static_cast<int64_t>(dtype_size(rq.dtype));
-  const bool two = rq.op == CollOp::AllReduce && all.size() > 1 && std::max(rq.in_numel, rq.out_numel) * es >= two_shot_bytes;
+  const snac::CallDescription call = describe_call(rq, spec);
+  const bool two = runs_two_shot(call, es, static_cast<int>(all.size()), two_shot_bytes);
   int64_t shift = 0;
-  cu::CallFacts f;
+  lowering::CallFacts f;
   f.esize = es;
   f.two_shot = two;
-  f.direct_local = direct_local_reads(rq, r);
+  f.direct_local = direct_local_reads(rq, call, r);
   f.alias = static_cast<cu::IoAlias>(io_alias(rq, &shift));
   f.shift = shift;
   f.region = true;  // the region plan first
   Chosen c;
-  c.choice = cu::choose_protocol(spec, f, s, r, static_cast<uint64_t>(rq.dtype));
+  c.choice = lowering::choose_protocol(spec, f, s, r, static_cast<uint64_t>(rq.dtype));
   int64_t in_off = -1, out_off = -1;
   if (!c.choice.lines && !c.choice.parity) {  // then the pool
     const int64_t in = rq.in_numel > 0 ? pool_offset(r, rq.in, rq.in_numel * es) : -1;
     const int64_t out = rq.out_numel > 0 ? pool_offset(r, rq.out, rq.out_numel * es) : -1;
-    const SymmetricUse use = symmetric_use(rq, spec, two, in >= 0, out >= 0);
+    const SymmetricUse use = symmetric_use(rq, call, two, in >= 0, out >= 0);
     if (use.read_peer_inputs || use.write_peer_outputs) {
       f.region = false;
       f.read_peer_inputs = use.read_peer_inputs;
       f.write_peer_outputs = use.write_peer_outputs;
-      c.choice = cu::choose_protocol(spec, f, s, r, static_cast<uint64_t>(rq.dtype));
+      c.choice = lowering::choose_protocol(spec, f, s, r, static_cast<uint64_t>(rq.dtype));
       in_off = use.read_peer_inputs ? in : -1;
       out_off = use.write_peer_outputs ? out : -1;
     }
   }
-  c.tag = cu::call_signature(c.choice.sig, in_off, out_off);
+  c.tag = lowering::call_signature(c.choice.sig, in_off, out_off);
   return c;
 }
 

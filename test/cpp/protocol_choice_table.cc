@@ -64,10 +64,9 @@ int64_t nccl_table_bytes(const Case& c, int W, const char** c10d_name) {
 }
 
 // The call description of rank 0's call: the Spec's traits and the call's shape.
-std::string description(const Request& rq, const snac::Spec& spec) {
-  const snac::SpecTraits t = snac::spec_traits(spec);
-  const CallShape s = call_shape(rq);
-  std::string d = spec.kind == snac::OpKind::Reduce ? "reduce" : "copy";
+std::string description(const snac::CallDescription& s) {
+  const snac::SpecTraits& t = s.traits;
+  std::string d = t.reduces ? "reduce" : "copy";
   d += t.every_rank_reads_input ? ",all-read" : ",some-read";
   d += t.every_rank_writes_output ? ",all-write" : ",some-write";
   if (t.inputs_unwritten_while_read) d += ",inputs-unwritten";
@@ -83,21 +82,21 @@ std::string description(const Request& rq, const snac::Spec& spec) {
 // peers' inputs in the pool), "-" (a kernel runs it: regions, reductions, peer outputs that
 // cannot turn into pulls). As CudaGroup::launch decides once spec_bytes reaches
 // TORCH_PURLIN_CUDA_CE_BYTES (off by default).
-std::string copy_engine_form(const Request& rq, const std::vector<PeerMeta>& all, const cu::ProtocolChoice& p,
+std::string copy_engine_form(const Request& rq, const std::vector<PeerMeta>& all, const lowering::ProtocolChoice& p,
                              int W) {
   if (p.lines || p.parity || p.reduces || p.plan.rounds == 0) return "-";
   const int64_t es = static_cast<int64_t>(dtype_size(rq.dtype));
   const int64_t out = rq.out_numel > 0 ? pool_offset(0, rq.out, rq.out_numel * es) : -1;
   const int64_t in = rq.in_numel > 0 ? pool_offset(0, rq.in, rq.in_numel * es) : -1;
-  const snac::Spec spec = build_spec(rq, all);
+  const snac::CallDescription call = describe_call(rq, build_spec(rq, all));
   const bool two = false;  // copies never run two-shot
-  const bool reads_allowed = symmetric_use(rq, spec, two, true, false).read_peer_inputs;
-  const bool peer_outputs = out >= 0 && symmetric_use(rq, spec, two, false, true).write_peer_outputs;
+  const bool reads_allowed = symmetric_use(rq, call, two, true, false).read_peer_inputs;
+  const bool peer_outputs = out >= 0 && symmetric_use(rq, call, two, false, true).write_peer_outputs;
   const bool zero_copy = !peer_outputs && in >= 0 && reads_allowed;
   if (!peer_outputs) return zero_copy ? "pull+zero-copy" : "pull";
   // Output in the pool: the kernel would write into the peers' outputs; the copy engines pull
   // from the peers' inputs instead where those are in the pool too, else the kernel runs it.
-  const bool in_place_ag = rq.op == CollOp::AllGather && rq.out_numel == rq.in_numel * W &&
+  const bool in_place_ag = call.own_block > 0 && rq.out_numel == rq.in_numel * W &&
                            static_cast<const char*>(rq.in) == static_cast<const char*>(rq.out);
   if (in_place_ag) return "pull+zero-copy";
   if (!reads_allowed) return "-";
@@ -126,17 +125,17 @@ void row(const Row& c, int W, const cu::ProtocolSettings& s, int64_t cpu_two_sho
   }
   const Request& rq0 = calls[0].rq;
   const snac::Spec spec = build_spec(rq0, all);
+  const snac::CallDescription call = describe_call(rq0, spec);
   const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
   const std::string root = c.rooted ? " root=" + std::to_string(c.root) : "";
   std::printf("%s%s W=%d bytes=%lld %s %s%s [%s]", op_name(c.op), c.uneven ? "-uneven" : "", W,
               static_cast<long long>(c.n * es), c.pool ? "pool" : "plain",
-              c.form == Form::InPlace ? "in-place" : "out-of-place", root.c_str(), description(rq0, spec).c_str());
+              c.form == Form::InPlace ? "in-place" : "out-of-place", root.c_str(), description(call).c_str());
   // The CPU engine (HostEngine::plan_for): two-shot by its threshold, direct local reads per rank.
   std::vector<bool> direct(W);
-  for (int r = 0; r < W; ++r) direct[r] = direct_local_reads(calls[r].rq, r);
+  for (int r = 0; r < W; ++r) direct[r] = direct_local_reads(calls[r].rq, describe_call(calls[r].rq, spec), r);
   if (!c.pool) {
-    const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * es;
-    const bool two = rq0.op == CollOp::AllReduce && W > 1 && bytes >= cpu_two_shot;
+    const bool two = runs_two_shot(call, es, W, cpu_two_shot);
     snac::PlanOptions opt;
     opt.align_elems = std::max<int64_t>(1, 64 / es);
     opt.slot_elems = cpu_ws / 2 / es / opt.align_elems * opt.align_elems;
@@ -151,7 +150,7 @@ void row(const Row& c, int W, const cu::ProtocolSettings& s, int64_t cpu_two_sho
   const int64_t from = nccl.from(c10d_name);
   const bool on_nccl = tb >= 0 && from > 0 && tb >= from;
   const Chosen ch = choose(s, rq0, all, 0, cuda_two_shot);
-  const cu::ProtocolChoice& p = ch.choice;
+  const lowering::ProtocolChoice& p = ch.choice;
   std::printf(" | cuda %s blocks=%d threads=%d rounds=%d ce=%s%s\n", p.protocol.c_str(), p.blocks, p.threads,
               p.plan.rounds, copy_engine_form(rq0, all, p, W).c_str(),
               on_nccl ? " nccl" : "");

@@ -17,11 +17,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SNAC = ["csrc/snac/planner.cc", "csrc/snac/matched_waits.cc", "csrc/snac/spec.cc", "csrc/snac/spec_traits.cc",
         "csrc/snac/collectives.cc", "csrc/common/types.cc"]
-# The CUDA protocol choice as the product makes it (NOTE [protocol choice]): the Atom's host code, compiled as
-# C++, and the backend's torch-free request and symmetric-use rules.
-CHOICE = ["csrc/backend/host/request.cc", "csrc/backend/host/symmetric_use.cc", "-x", "c++",
-          "csrc/atom/cuda/host/device_plan.cc", "csrc/atom/cuda/protocol/launch_config.cc",
-          "csrc/atom/cuda/protocol/launch_config_sm90.cc", "csrc/atom/cuda/protocol/protocol_choice.cc", "-x", "none"]
+# The CUDA protocol choice as the product makes it (NOTE [protocol choice]): the lowering, the Atom's settings
+# and launch tables, and the backend's torch-free request and symmetric-use rules.
+CHOICE = ["csrc/backend/host/request.cc", "csrc/backend/host/symmetric_use.cc", "csrc/backend/host/protocol_table.cc",
+          "csrc/common/env.cc", "csrc/lowering/device_plan.cc",
+          "csrc/lowering/protocol_choice.cc", "csrc/atom/cuda/interned_names.cc",
+          "csrc/atom/cuda/protocol/protocol_settings.cc", "csrc/atom/cuda/protocol/launch_config.cc",
+          "csrc/atom/cuda/protocol/launch_config_sm90.cc"]
 
 
 def build(out_dir, test, sources, libs=()):
@@ -70,7 +72,7 @@ def test_protocol_choice_golden(tmp_path):
     in place or not, every size class, worlds 2-8) equals test/cpp/golden/protocol_choice.txt. A change meant to
     alter a choice regenerates the file with the table program and shows its diff."""
     exe = build(tmp_path, "protocol_choice_table",
-                SNAC + CHOICE + ["csrc/backend/host/protocol_table.cc", "csrc/common/env.cc"])
+                SNAC + CHOICE)
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     golden = (ROOT / "test/cpp/golden/protocol_choice.txt").read_text()
