@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "atom/cuda/host_device.h"
+#include "atom/cuda/purlin_hd.h"
 
 namespace purlin::atom::cuda {
 
