@@ -4,8 +4,8 @@
 # the extension links against that torch). Sources are picked by folder, one
 # folder per concern (docs/DESIGN.md, "Layout"): always csrc/common, snac,
 # atom, atom/cpu and backend/{c10d,host,fallback}; the CUDA datapath
-# (atom/cuda/{host,protocol}/*.cc, atom/cuda/device/*.cu, backend/cuda/*.cc,
-# built with -DPURLIN_WITH_CUDA) when torch has CUDA and nvcc is found.
+# (lowering/*.cc, atom/cuda/*.cc, atom/cuda/{host,protocol}/*.cc,
+# atom/cuda/device/*.cu, backend/cuda/*.cc, built with -DPURLIN_WITH_CUDA) when torch has CUDA and nvcc is found.
 # PURLIN_CUDA_ARCHS="90" builds one architecture (quick device builds).
 # Installing also adds torch's `torch.backends` entry point (torch_purlin_autoload.py).
 import glob
@@ -45,8 +45,10 @@ def cuda_arch_flags():
 cxx_flags = ["-O3", "-fvisibility=hidden"]
 srcs = sources("common/*.cc", "snac/*.cc", "atom/*.cc", "atom/cpu/*.cc", "backend/c10d/*.cc", "backend/host/*.cc",
                "backend/fallback/*.cc")
-# The CUDA datapath: the Atom's host code and protocol table, its kernels, and the backend's CUDA glue.
-cuda_srcs = sources("atom/cuda/host/*.cc", "atom/cuda/protocol/*.cc", "atom/cuda/device/*.cu", "backend/cuda/*.cc")
+# The CUDA datapath: the lowering of SNAC plans for the CUDA Atom (device form, protocol choice), the Atom's
+# host code, settings and launch tables, its kernels, and the backend's CUDA engine.
+cuda_srcs = sources("lowering/*.cc", "atom/cuda/*.cc", "atom/cuda/host/*.cc", "atom/cuda/protocol/*.cc",
+                    "atom/cuda/device/*.cu", "backend/cuda/*.cc")
 
 if with_cuda():
     ext = CUDAExtension(

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Compiles every torch-free CUDA source without a GPU: the kernels
 # (csrc/atom/cuda/device/*.cu) with nvcc for sm_80 (A100), sm_90 (H100/H200)
-# and sm_100 (B200); the Atom's host code and protocol table
-# (csrc/atom/cuda/{host,protocol}/*.cc) with the host compiler against the
-# CUDA headers. Fails (loudly) when nvcc is absent.
+# and sm_100 (B200); the Atom's host code, settings and launch tables
+# (csrc/atom/cuda/{,host/,protocol/}*.cc) and the lowering (csrc/lowering/*.cc)
+# with the host compiler against the CUDA headers. Fails (loudly) when nvcc is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shopt -s nullglob
 kernels=(csrc/atom/cuda/device/*.cu)
-host=(csrc/atom/cuda/host/*.cc csrc/atom/cuda/protocol/*.cc)
+host=(csrc/atom/cuda/*.cc csrc/atom/cuda/host/*.cc csrc/atom/cuda/protocol/*.cc csrc/lowering/*.cc)
 if [ ${#kernels[@]} -eq 0 ]; then echo "compile_cuda: no CUDA sources"; exit 0; fi
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 if [ ! -x "$NVCC" ]; then echo "compile_cuda: nvcc not found, CUDA sources NOT compiled"; exit 1; fi

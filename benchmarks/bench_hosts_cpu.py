@@ -6,8 +6,10 @@ Each simulated host is a set of rank processes in their own mount and UTS namesp
 "across hosts" here costs what loopback TCP costs, not what a network does: the times say how the
 two compare on this machine, and the bytes columns what a network would carry.
 
-    sudo python benchmarks/bench_hosts_cpu.py --hosts 2x2 -b 1K -e 16M -f 4
-    python benchmarks/bench_hosts_cpu.py --hosts 2x2 --ops all_reduce,broadcast --out /tmp/hosts.md
+    sudo PYTHONPATH=.:test/support python benchmarks/bench_hosts_cpu.py --hosts 2x2 -b 1K -e 16M -f 4
+    PYTHONPATH=.:test/support python benchmarks/bench_hosts_cpu.py --hosts 2x2 --ops all_reduce,broadcast --out /tmp/hosts.md
+
+(the repository root for torch_purlin, test/support/ for the simulated hosts: test/support/sim_hosts.py)
 
 Columns: op, bytes (the op's larger side per rank), how purlin ran it (hier: within hosts natively,
 across on gloo; flat: gloo moving the bytes among all ranks, purlin reducing: NOTE [groups spanning
@@ -24,13 +26,7 @@ import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "test", "support"))  # the simulated hosts live with the tests
-try:
-    import torch_purlin  # noqa: F401  (the ranks import what this process imports)
-except ImportError:  # run from a checkout that is not installed: its own build
-    sys.path.insert(0, ROOT)
+import torch_purlin  # noqa: F401  (the ranks import what this process imports)
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 

@@ -1,13 +1,13 @@
-"""torch_purlin.bench on CPU with stand-ins for its CUDA-only parts, to check
+"""purlin_bench on CPU with stand-ins for its CUDA-only parts, to check
 their plumbing without a GPU: purlin-sym's own buffers (torch_purlin.empty),
 symm1/symm2 (symm-mem allocation, rendezvous and ops, here done with gloo),
 the proto/SMs columns (torch_purlin.last_launch), 'vs symm', the protocol and
 headline summaries, the JSON and the plots. The times mean nothing.
 
-    torchrun --nproc-per-node=2 benchmarks/bench_plumbing_cpu.py --ops all_reduce,reduce_scatter,gather \
+    PYTHONPATH=. torchrun --nproc-per-node=2 benchmarks/bench_plumbing_cpu.py --ops all_reduce,reduce_scatter,gather \
         -b 1K -e 64K -f 8 --out-dir /tmp/plumbing
 
-Arguments go to torch_purlin.bench (--device cpu and every impl are added).
+Arguments go to purlin_bench (--device cpu and every impl are added).
 Exits 1 if any cell is n/a or has #wrong > 0.
 """
 import json
@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 import torch_purlin
-from torch_purlin import bench, bench_impls
+from purlin_bench import bench
+from purlin_bench import impls as bench_impls
 
 
 def fake_empty(*size, dtype=None, device=None, group=None):

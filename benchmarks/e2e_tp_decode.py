@@ -1,8 +1,8 @@
 """e2e_tp_decode.py — end-to-end tensor-parallel decoding: purlin against NCCL (and torch symmetric memory).
 
-    python benchmarks/e2e_tp_decode.py                         # 2 GPUs: llama3-8b layer shapes, bf16
-    python benchmarks/e2e_tp_decode.py --layers 32 --batches 1,8,64 --json out.json --plot out.png
-    python benchmarks/e2e_tp_decode.py --device cpu --shape tiny --batches 1,4 --steps 4   # CPU smoke test
+    PYTHONPATH=. python benchmarks/e2e_tp_decode.py                         # 2 GPUs: llama3-8b layer shapes, bf16
+    PYTHONPATH=. python benchmarks/e2e_tp_decode.py --layers 32 --batches 1,8,64 --json out.json --plot out.png
+    PYTHONPATH=. python benchmarks/e2e_tp_decode.py --device cpu --shape tiny --batches 1,4 --steps 4   # CPU smoke test
 
 It starts its own ranks (--world, default 2; no torchrun). Each rank holds its shard of a
 Llama-architecture decoder (benchmarks/tp_decoder.py: column- and row-parallel linears, two
@@ -49,10 +49,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path[:0] = [HERE, ROOT]
-import tp_decoder as tpd  # noqa: E402
+import tp_decoder as tpd  # (benchmarks/ is this script's folder)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 

@@ -1,4 +1,4 @@
-"""Headline tables from a torch_purlin.bench JSON file.
+"""Headline tables from a purlin_bench JSON file.
 
     python benchmarks/headline.py RESULTS.json            # ratio grid: time(nccl) / time(purlin)
                                                           # per op, placement, mode and size
@@ -14,8 +14,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_purlin"))
-import bench_report  # noqa: E402  (by path: no torch_purlin._C needed)
+from purlin_bench import report as bench_report  # (benchmarks/ is this script's folder; no torch_purlin needed)
 
 
 def times(row):

@@ -1,4 +1,4 @@
-"""Draws one PNG per collective from a torch_purlin.bench JSON file (the same
+"""Draws one PNG per collective from a purlin_bench JSON file (the same
 plots `--png-dir` / `--out-dir` make), e.g. for results measured where
 matplotlib is absent:
 
@@ -15,8 +15,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_purlin"))
-import bench_report  # noqa: E402  (by path: no torch_purlin._C needed)
+from purlin_bench import report as bench_report  # (benchmarks/ is this script's folder; no torch_purlin needed)
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -5,10 +5,9 @@
 #   benchmarks/run_cpu_sweep.sh                                 # the real sweep
 #   benchmarks/run_cpu_sweep.sh --impls gloo,gloo --max-bytes 256K   # a quick dry run
 #
-# Extra options go to torch_purlin.bench after the defaults, so they win.
-# NPROCS="2 4" (default) picks the world sizes. BENCH (default "-m torch_purlin.bench")
-# may name the file instead, BENCH=torch_purlin/bench.py, to run gloo-only without the
-# built extension (importing the package loads torch_purlin._C).
+# Extra options go to purlin_bench after the defaults, so they win.
+# NPROCS="2 4" (default) picks the world sizes. `--impls gloo` runs without the built
+# extension (purlin_bench imports torch_purlin only for purlin's columns).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=benchmarks/results
@@ -17,8 +16,7 @@ mkdir -p "$out"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 for np in ${NPROCS:-2 4}; do
     base="$out/cpu_${date}_np${np}"
-    # shellcheck disable=SC2086  # BENCH is "-m module" or a path
-    torchrun --nproc-per-node="$np" ${BENCH:--m torch_purlin.bench} --device cpu \
+    PYTHONPATH=benchmarks${PYTHONPATH:+:$PYTHONPATH} torchrun --nproc-per-node="$np" -m purlin_bench --device cpu \
         --ops all_reduce,all_gather,reduce_scatter,broadcast,all_to_all \
         --min-bytes 4K --max-bytes 64M --json "$base.json" --png-dir "${base}_png" "$@" \
         | tee "$base.md"

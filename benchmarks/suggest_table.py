@@ -1,6 +1,6 @@
 """Protocol-table NCCL rows for one world size, from a bench run of purlin's native datapath.
 
-    TORCH_PURLIN_CUDA_NCCL_FROM=none torchrun --nproc-per-node=W -m torch_purlin.bench --device cuda \\
+    TORCH_PURLIN_CUDA_NCCL_FROM=none PYTHONPATH=benchmarks torchrun --nproc-per-node=W -m purlin_bench --device cuda \\
         --impls purlin,nccl -b 1K -e 1G -f 2 --mode both --json native.json
     python benchmarks/suggest_table.py native.json [more.json ...] [--modes graph,eager] [--margin 1.0]
 
@@ -19,8 +19,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_purlin"))
-import bench_report  # noqa: E402  (by path: no torch_purlin._C needed)
+from purlin_bench import report as bench_report  # (benchmarks/ is this script's folder; no torch_purlin needed)
 
 FAMILIES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "reduce")
 

@@ -58,7 +58,7 @@ if has sanitize; then
   done
 fi
 if has bench; then
-  timeout "${BENCH_S:-420}" torchrun --nproc-per-node="$NPROC" -m torch_purlin.bench --device cuda \
+  timeout "${BENCH_S:-420}" PYTHONPATH=benchmarks torchrun --nproc-per-node="$NPROC" -m purlin_bench --device cuda \
     ${BENCH_ARGS:---ops all_reduce,all_gather,reduce_scatter,broadcast,all_to_all -b 1K -e 256M -f 4 --mode both --time-cap 0.25} \
     --out-dir "$LOGS/bench" >"$LOGS/bench.txt" 2>&1
   say "bench exit $?"
@@ -73,7 +73,7 @@ if has train; then
 fi
 if has knobs; then
   for knob in ${KNOBS:-default TORCH_PURLIN_CUDA_WORKSPACE_BYTES=256M}; do
-    env $( [ "$knob" = default ] || echo "${knob//,/ }" ) timeout 90 torchrun --nproc-per-node="$NPROC" -m torch_purlin.bench \
+    env $( [ "$knob" = default ] || echo "${knob//,/ }" ) timeout 90 PYTHONPATH=benchmarks torchrun --nproc-per-node="$NPROC" -m purlin_bench \
       --device cuda ${KNOB_ARGS:---ops all_reduce,all_gather,reduce_scatter,all_to_all -b 64M -e 1G -f 4 --mode graph} \
       --impls "${KNOB_IMPLS:-purlin}" --time-cap 0.15 >"$LOGS/knob_${knob//[=,]/_}.md" 2>&1
     say "knob $knob exit $?"

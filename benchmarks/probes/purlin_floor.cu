@@ -8,8 +8,9 @@
 // NCCL or a bench in the way (benchmarks/results/cuda_h200x2_20261130h_probes.md).
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -Icsrc -DPURLIN_WITH_CUDA benchmarks/probes/purlin_floor.cu \
-//        csrc/atom/cuda/{symmetric_workspace,workspace_probe,ipc_peers,nvlink_probe,launch_config,launch_config_sm90,\
-//        device_plan,plan_kernel,plan_kernel_float,plan_kernel_int,plan_kernel_copy}.cu \
+//        csrc/atom/cuda/{interned_names,host/symmetric_workspace,host/workspace_probe,host/ipc_peers,\
+//        host/nvlink_probe,protocol/launch_config,protocol/launch_config_sm90,protocol/protocol_settings}.cc \
+//        csrc/atom/cuda/device/plan_kernel*.cu csrc/lowering/device_plan.cc \
 //        csrc/snac/*.cc csrc/common/*.cc -o /tmp/purlin_floor -ldl
 //   /tmp/purlin_floor [ops per graph, default 20] [only the cases whose name contains this]
 //   (one GPU: both ranks share it; run under CUDA MPS, NOTE [shared GPU])
@@ -24,9 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "atom/cuda/host/device_plan.h"
 #include "atom/cuda/device/plan_kernel.h"
 #include "atom/cuda/host/symmetric_workspace.h"
+#include "atom/cuda/interned_names.h"
+#include "lowering/device_plan.h"
 #include "snac/collectives.h"
 #include "snac/plan.h"
 #include "snac/spec.h"
@@ -186,10 +188,10 @@ int main(int argc, char** argv) {
     const int blocks = c.blocks ? c.blocks : shape.blocks;
     const int threads = c.threads ? c.threads : shape.threads;
     if (rank == 0 && &c == &cases[0]) std::printf("# rank 0's plan for %s:\n%s", c.name, plan.describe().c_str());
-    cu::DevicePlan dp = cu::lower_plan(plan, blocks, esize, reduces || !gather ? cu::IoAlias::Same : cu::IoAlias::Disjoint,
+    cu::DevicePlan dp = purlin::lowering::lower_plan(plan, blocks, esize, reduces || !gather ? cu::IoAlias::Same : cu::IoAlias::Disjoint,
                                        0, wide ? cu::Partition::WideLines : cu::Partition::Parts);
     static const bool keep_carried = std::getenv("PF_KEEP_CARRIED") && std::atoi(std::getenv("PF_KEEP_CARRIED")) == 1;
-    if (!keep_carried) cu::drop_line_carried_ops(&dp);  // NOTE [line-carried ops], as CudaGroup::plan_for
+    if (!keep_carried) purlin::lowering::drop_line_carried_ops(&dp);  // NOTE [line-carried ops], as CudaGroup::plan_for
     cu::InlinePlan inl;
     cu::to_inline(dp, &inl);
     // PF_DEVICE_PLAN=1: the plan from device memory (as plan_store.h keeps large ones), not the parameters;

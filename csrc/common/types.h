@@ -1,6 +1,6 @@
 // types.h — element types and reduction operators shared by every layer.
 // No torch headers: the backend maps at::ScalarType onto DType in one place
-// (csrc/backend/dtype_map.h).
+// (to_dtype in csrc/backend/c10d/tensor_args.h).
 #pragma once
 
 #include <cstddef>

@@ -91,7 +91,7 @@
 //   rank's workers, so what follows a plan (an overwritten zero-copy input,
 //   the next collective) sees every peer worker through the union of the
 //   workers' own-slot waits. Accesses of one rank to its own Workspace
-//   across workers are ordered by the Atom's local barriers (device_plan.h
+//   across workers are ordered by the Atom's local barriers (lowering/device_plan.h
 //   NOTE [local barriers]) and are not pairs here. A peer's plan is derived
 //   with direct_local = false (its rank-invariant layout, staging every own
 //   piece: a superset of the Workspace accesses of either choice). A pair

@@ -21,7 +21,7 @@ def test_e2e_tp_decode_cpu_smoke(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "e2e_tp_decode.py"), "--device", "cpu",
                         "--world", "2", "--batches", "1,3", "--steps", "3", "--trials", "1", "--check-steps", "3",
                         "--json", str(out), "--plot", str(tmp_path / "e2e.png")],
-                       capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
     rows = {(x["impl"], x["batch"]): x for x in res["rows"]}

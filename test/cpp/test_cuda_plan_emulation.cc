@@ -1,7 +1,7 @@
 // test_cuda_plan_emulation.cc — the plan kernel's protocol, run on the CPU.
 //
 // Every rank x block of plan_kernel.cuh becomes a thread that interprets the
-// rank's lowered plan (atom/cuda/host/device_plan.h) exactly as the kernel does:
+// rank's lowered plan (lowering/device_plan.h) exactly as the kernel does:
 // the same block partition (part_size), Wait/Signal on per-block flag slots,
 // LocalSync, the Done handshake that opens and closes every collective (NOTE
 // [device reuse]: the last block to finish raises Done) and the rank's epochs.
@@ -86,7 +86,7 @@
 // group stores and loads of wide_line.cuh and their hardware assumption, the call-tag
 // half of the line flag), which the GPU tests (test/gpu/test_gpu_collectives.py)
 // exercise.
-// Build: g++ -std=c++17 -O2 -Icsrc -x c++ csrc/atom/cuda/host/device_plan.cc -x none
+// Build: g++ -std=c++17 -O2 -Icsrc csrc/lowering/*.cc csrc/atom/cuda/interned_names.cc csrc/atom/cuda/protocol/*.cc
 //        csrc/snac/{planner,matched_waits,spec,collectives}.cc csrc/common/types.cc this.cc -pthread
 // Run:   ./a.out [collectives per group, 150] [mutation]
 #include <algorithm>
@@ -104,15 +104,18 @@
 #include <vector>
 
 #include "atom/cuda/call_tag.h"
-#include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/device/plan_format.h"
+#include "atom/cuda/interned_names.h"
 #include "atom/cuda/protocol/launch_config.h"
-#include "atom/cuda/protocol/protocol_choice.h"
 #include "atom/cuda/signal_pad.h"
 #include "backend/host/request.h"
 #include "backend/host/symmetric_use.h"
+#include "lowering/device_plan.h"
+#include "lowering/protocol_choice.h"
 #include "snac/collectives.h"
 
 namespace cu = purlin::atom::cuda;
+namespace lowering = purlin::lowering;
 namespace pb = purlin::backend;
 namespace snac = purlin::snac;
 using purlin::RedOp;
@@ -925,34 +928,35 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     const auto blob = pb::encode_meta(rqs[r], W);
     all.push_back(pb::decode_meta(blob.data(), W));
   }
-  std::vector<cu::ProtocolChoice> ch(W);
-  std::vector<cu::CallFacts> facts(W);
+  std::vector<lowering::ProtocolChoice> ch(W);
+  std::vector<lowering::CallFacts> facts(W);
   std::vector<uint64_t> tags(W);
   for (int r = 0; r < W; ++r) {
     const pb::Request& rq = rqs[r];
     int64_t shift = 0;
-    cu::CallFacts& f = facts[r];
+    lowering::CallFacts& f = facts[r];
     f.esize = kEsize;
     f.two_shot = cs.two_shot;
-    f.direct_local = pb::direct_local_reads(rq, r);
+    const snac::CallDescription call = pb::describe_call(rq, spec);
+    f.direct_local = pb::direct_local_reads(rq, call, r);
     f.alias = static_cast<cu::IoAlias>(pb::io_alias(rq, &shift));
     f.shift = shift;
     f.region = cs.lines;  // the host tries a region
-    ch[r] = cu::choose_protocol(spec, f, settings, r, 0);
+    ch[r] = lowering::choose_protocol(spec, f, settings, r, 0);
     int64_t in_off = -1, out_off = -1;
     if (!ch[r].lines && !ch[r].parity) {  // then the pool: every rank's memory is its pool
       const bool in_pool = cs.in_pool && rq.in_numel > 0, out_pool = cs.out_pool && rq.out_numel > 0;
-      const pb::SymmetricUse use = pb::symmetric_use(rq, spec, cs.two_shot, in_pool, out_pool);
+      const pb::SymmetricUse use = pb::symmetric_use(rq, call, cs.two_shot, in_pool, out_pool);
       if (use.read_peer_inputs || use.write_peer_outputs) {
         f.region = false;
         f.read_peer_inputs = use.read_peer_inputs;
         f.write_peer_outputs = use.write_peer_outputs;
-        ch[r] = cu::choose_protocol(spec, f, settings, r, 0);
+        ch[r] = lowering::choose_protocol(spec, f, settings, r, 0);
         in_off = use.read_peer_inputs ? p.calls[r].in - p.calls[r].mem : -1;
         out_off = use.write_peer_outputs ? p.calls[r].out - p.calls[r].mem : -1;
       }
     }
-    tags[r] = cu::call_signature(ch[r].sig, in_off, out_off);
+    tags[r] = lowering::call_signature(ch[r].sig, in_off, out_off);
   }
   for (int r = 1; r < W; ++r)
     if ((ch[r].plan.rounds == 0) != (ch[0].plan.rounds == 0) || ch[r].plan.steps != ch[0].plan.steps) {  // one epoch
@@ -993,9 +997,9 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     }
     p.calls[r].plan = ch[r].lowered;
     if (relower) {
-      p.calls[r].plan = cu::lower_plan(plan, ch[r].blocks, kEsize, facts[r].alias, facts[r].shift,
+      p.calls[r].plan = lowering::lower_plan(plan, ch[r].blocks, kEsize, facts[r].alias, facts[r].shift,
                                        ch[r].wide ? cu::Partition::WideLines : cu::Partition::Parts);
-      if (ch[r].lines) cu::drop_line_carried_ops(&p.calls[r].plan);
+      if (ch[r].lines) lowering::drop_line_carried_ops(&p.calls[r].plan);
     }
     p.calls[r].blocks = ch[r].blocks;
     p.calls[r].zero_copy = facts[r].read_peer_inputs;

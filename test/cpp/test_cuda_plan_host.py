@@ -4,8 +4,10 @@ Builds test/cpp/test_cuda_plan_emulation.cc with g++ (the Atom's host code
 and its protocol choice compile as C++) and runs it: W ranks x G blocks as
 threads interpret lowered SNAC plans exactly as plan_kernel.cuh does, across
 hundreds of back-to-back collectives, and every output is checked. And
-test_plan_symmetry.cc: every rank of every identical call chooses alike.
+test_plan_symmetry.cc: every rank of every identical call chooses alike. And
+protocol_choice_table.cc: the choices equal the golden table's.
 """
+import difflib
 import pathlib
 import shutil
 import subprocess
@@ -15,11 +17,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SNAC = ["csrc/snac/planner.cc", "csrc/snac/matched_waits.cc", "csrc/snac/spec.cc", "csrc/snac/spec_traits.cc",
         "csrc/snac/collectives.cc", "csrc/common/types.cc"]
-# The CUDA protocol choice as the product makes it (NOTE [protocol choice]): the Atom's host code, compiled as
-# C++, and the backend's torch-free request and symmetric-use rules.
-CHOICE = ["csrc/backend/host/request.cc", "csrc/backend/host/symmetric_use.cc", "-x", "c++",
-          "csrc/atom/cuda/host/device_plan.cc", "csrc/atom/cuda/protocol/launch_config.cc",
-          "csrc/atom/cuda/protocol/launch_config_sm90.cc", "csrc/atom/cuda/protocol/protocol_choice.cc", "-x", "none"]
+# The CUDA protocol choice as the product makes it (NOTE [protocol choice]): the lowering, the Atom's settings
+# and launch tables, and the backend's torch-free request and symmetric-use rules.
+CHOICE = ["csrc/backend/host/request.cc", "csrc/backend/host/symmetric_use.cc", "csrc/backend/host/protocol_table.cc",
+          "csrc/common/env.cc", "csrc/lowering/device_plan.cc",
+          "csrc/lowering/protocol_choice.cc", "csrc/atom/cuda/interned_names.cc",
+          "csrc/atom/cuda/protocol/protocol_settings.cc", "csrc/atom/cuda/protocol/launch_config.cc",
+          "csrc/atom/cuda/protocol/launch_config_sm90.cc"]
 
 
 def build(out_dir, test, sources, libs=()):
@@ -61,6 +65,21 @@ def test_plan_symmetry(tmp_path):
     for proto in ("+lines", "+wide-lines", "+parity", "one-shot+push", "copy+push", "one-shot+zero-copy",
                   "copy+zero-copy", "copy+peer-outputs", "two-shot+zero-copy"):
         assert proto in r.stdout, (proto, r.stdout[-2000:])
+
+
+def test_protocol_choice_golden(tmp_path):
+    """NOTE [golden protocol table]: the protocol every built-in collective gets (CPU and CUDA, plain and pool,
+    in place or not, every size class, worlds 2-8) equals test/cpp/golden/protocol_choice.txt. A change meant to
+    alter a choice regenerates the file with the table program and shows its diff."""
+    exe = build(tmp_path, "protocol_choice_table",
+                SNAC + CHOICE)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    golden = (ROOT / "test/cpp/golden/protocol_choice.txt").read_text()
+    if r.stdout != golden:
+        diff = list(difflib.unified_diff(golden.splitlines(), r.stdout.splitlines(), "golden", "now", lineterm="", n=0))
+        pytest.fail(f"{len(diff)} lines of the protocol table changed (regenerate with {exe} > "
+                    f"test/cpp/golden/protocol_choice.txt if meant):\n" + "\n".join(diff[:80]))
 
 
 def test_plan_protocol_emulation(emulator):

@@ -81,7 +81,6 @@ class CpuAtom : public HostAtom {
 
   void attach_peers();  // after every rank constructed; idempotent
   void unlink_own();    // after every rank attached; idempotent
-  bool peers_attached() const { return attached_; }
 
   void set_timeout(std::chrono::milliseconds timeout);  // > 0
   // A flag that, once true, ends every wait with AbortedError (NOTE [cpu wait

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "atom/cuda/host_device.h"
+#include "atom/cuda/purlin_hd.h"
 
 namespace purlin::atom::cuda {
 

@@ -43,7 +43,7 @@
 
 #include <cstdint>
 
-#include "atom/cuda/host_device.h"
+#include "atom/cuda/purlin_hd.h"
 
 namespace purlin::atom::cuda {
 
@@ -130,7 +130,7 @@ struct ErrorRecord {
   int32_t block;             // the waiting block
   int32_t from_block;        // the flag slot that was short
   int32_t kind;              // FlagKind
-  uint32_t op_name;          // interned collective name (device_plan.h)
+  uint32_t op_name;          // interned collective name (interned_names.h)
   uint32_t phase;            // interned SNAC phase
   uint64_t expected;         // relative to the collective's base epoch
   uint64_t seen;             // relative to the collective's base epoch (0 if below it)

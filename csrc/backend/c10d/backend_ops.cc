@@ -79,24 +79,9 @@ int64_t numel_of(const std::vector<at::Tensor>& ts) {
 }
 }  // namespace
 
-// Refuses an op of a closed group (NOTE [shutdown and abort]), then routes to
-// the fallback if the op cannot (or, by the protocol table, should not) run
-// natively; `table_bytes` as in fallback_reason (-1: no table). In a group
-// spanning hosts the op runs as `span_call`, a GroupHosts call (NOTE [groups
-// spanning hosts]).
-#define PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, span_call, call)                                \
-  do {                                                                                                      \
-    check_open(op_name);                                                                                    \
-    bool by_table_ = false, span_ = false;                                                                  \
-    const std::string why_ = fallback_reason(op_name, tensors, table_bytes, &by_table_, redop, &span_);     \
-    if (C10_UNLIKELY(span_)) return spanning([&] { return hosts_->span_call; });                            \
-    if (!why_.empty()) return coalesced(fallback_for(op_name, tensors, why_, by_table_).call);              \
-  } while (0);                                                                                              \
-  /* PURLIN-CUDA hook: the op's stream and Work when it runs natively on CUDA */                             \
-  CudaOpScope purlin_cuda_scope_(cuda_.get(), tensors, opts.asyncOp)
-#define PURLIN_SPANNING(op_name, tensors, table_bytes, redop, span_call, call) \
-  PURLIN_ROUTE_(op_name, tensors, table_bytes, redop, span_call, call)
 
+// NOTE [groups spanning hosts]: in a group spanning hosts every collective runs as
+// its GroupHosts call; an error inside a coalescing block is kept for the block's end.
 template <class Call>
 c10::intrusive_ptr<c10d::Work> PurlinBackend::spanning(Call&& call) {
   ++seq_;
@@ -108,6 +93,20 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::spanning(Call&& call) {
     if (!block_error_) block_error_ = std::current_exception();
     return completed_work({});
   }
+}
+
+template <typename Fallback, typename Spanning, typename Native>
+c10::intrusive_ptr<c10d::Work> PurlinBackend::collective(const char* op, const std::vector<at::Tensor>& tensors,
+                                                         int64_t table_bytes, const c10d::ReduceOp* redop,
+                                                         bool async_op, Fallback&& fallback, Spanning&& span,
+                                                         Native&& native) {
+  check_open(op);
+  bool by_table = false, span_hosts = false;
+  const std::string why = fallback_reason(op, tensors, table_bytes, &by_table, redop, &span_hosts);
+  if (C10_UNLIKELY(span_hosts)) return spanning([&] { return span(*hosts_); });
+  if (!why.empty()) return coalesced(fallback(fallback_for(op, tensors, why, by_table)));
+  CudaOpScope cuda_scope(cuda_.get(), tensors, async_op);  // PURLIN-CUDA hook
+  return native();
 }
 
 // Runs rq on the flat `in` / `out` and copies `out` back into `outs` (a no-op
@@ -122,71 +121,91 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_flat(Request& rq, const at::Te
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceOptions& opts) {
-  PURLIN_SPANNING("all_reduce", tensors, bytes_of(tensors), &opts.reduceOp, all_reduce(tensors, opts.reduceOp, "all_reduce"),
-                      allreduce(tensors, opts));
-  Request rq = request(CollOp::AllReduce, "all_reduce", tensors[0]);
-  set_reduction(rq, opts.reduceOp);
-  PURLIN_REQUIRE(rq, tensors.size() == 1, "expects one tensor per process");
-  at::Tensor buf = flat_of(tensors[0]);
-  set_io(rq, buf, buf);
-  auto work = run_native(rq, tensors);
-  unflatten_into(buf, tensors[0]);
-  return work;
+  return collective(
+      "all_reduce", tensors, bytes_of(tensors), &opts.reduceOp, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.allreduce(tensors, opts); },
+      [&](GroupHosts& h) { return h.all_reduce(tensors, opts.reduceOp, "all_reduce"); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::AllReduce, "all_reduce", tensors[0]);
+    set_reduction(rq, opts.reduceOp);
+    PURLIN_REQUIRE(rq, tensors.size() == 1, "expects one tensor per process");
+    at::Tensor buf = flat_of(tensors[0]);
+    set_io(rq, buf, buf);
+    auto work = run_native(rq, tensors);
+    unflatten_into(buf, tensors[0]);
+    return work;
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                   const c10d::AllreduceCoalescedOptions& opts) {
-  PURLIN_SPANNING("all_reduce_coalesced", tensors, bytes_of(tensors), &opts.reduceOp,
-                  all_reduce(tensors, opts.reduceOp, "all_reduce_coalesced"), allreduce_coalesced(tensors, opts));
-  Request rq = request(CollOp::AllReduce, "all_reduce_coalesced", tensors.empty() ? at::Tensor() : tensors[0]);
-  set_reduction(rq, opts.reduceOp);
-  PURLIN_REQUIRE(rq, check_same_dtype(tensors).empty(), check_same_dtype(tensors));
-  at::Tensor buf = tensors.empty() ? at::Tensor() : flat_of(tensors);
-  set_io(rq, buf, buf);
-  auto work = run_native(rq, tensors);
-  if (buf.defined()) unflatten_into(buf, tensors);
-  return work;
+  return collective(
+      "all_reduce_coalesced", tensors, bytes_of(tensors), &opts.reduceOp, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.allreduce_coalesced(tensors, opts); }, [&](GroupHosts& h) { return h.all_reduce(tensors, opts.reduceOp, "all_reduce_coalesced"); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::AllReduce, "all_reduce_coalesced", tensors.empty() ? at::Tensor() : tensors[0]);
+    set_reduction(rq, opts.reduceOp);
+    PURLIN_REQUIRE(rq, check_same_dtype(tensors).empty(), check_same_dtype(tensors));
+    at::Tensor buf = tensors.empty() ? at::Tensor() : flat_of(tensors);
+    set_io(rq, buf, buf);
+    auto work = run_native(rq, tensors);
+    if (buf.defined()) unflatten_into(buf, tensors);
+    return work;
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::ReduceOptions& opts) {
-  PURLIN_SPANNING("reduce", tensors, bytes_of(tensors), &opts.reduceOp, reduce(tensors, opts), reduce(tensors, opts));
-  Request rq = request(CollOp::Reduce, "reduce", tensors[0]);
-  set_reduction(rq, opts.reduceOp);
-  set_root(rq, opts.rootRank, getSize());
-  at::Tensor buf = flat_of(tensors[0]);
-  set_io(rq, buf, getRank() == rq.root ? buf : at::Tensor());
-  auto work = run_native(rq, tensors);
-  if (getRank() == rq.root) unflatten_into(buf, tensors[0]);
-  return work;
+  return collective(
+      "reduce", tensors, bytes_of(tensors), &opts.reduceOp, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.reduce(tensors, opts); }, [&](GroupHosts& h) { return h.reduce(tensors, opts); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::Reduce, "reduce", tensors[0]);
+    set_reduction(rq, opts.reduceOp);
+    set_root(rq, opts.rootRank, getSize());
+    at::Tensor buf = flat_of(tensors[0]);
+    set_io(rq, buf, getRank() == rq.root ? buf : at::Tensor());
+    auto work = run_native(rq, tensors);
+    if (getRank() == rq.root) unflatten_into(buf, tensors[0]);
+    return work;
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {
-  PURLIN_SPANNING("broadcast", tensors, bytes_of(tensors), nullptr, broadcast(tensors, opts), broadcast(tensors, opts));
-  Request rq = request(CollOp::Broadcast, "broadcast", tensors[0]);
-  set_root(rq, opts.rootRank, getSize());
-  at::Tensor buf = flat_of(tensors[0]);
-  set_io(rq, buf, buf);
-  auto work = run_native(rq, tensors);
-  unflatten_into(buf, tensors[0]);
-  return work;
+  return collective(
+      "broadcast", tensors, bytes_of(tensors), nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.broadcast(tensors, opts); },
+      [&](GroupHosts& h) { return h.broadcast(tensors, opts); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::Broadcast, "broadcast", tensors[0]);
+    set_root(rq, opts.rootRank, getSize());
+    at::Tensor buf = flat_of(tensors[0]);
+    set_io(rq, buf, buf);
+    auto work = run_native(rq, tensors);
+    unflatten_into(buf, tensors[0]);
+    return work;
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                               const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_SPANNING("all_gather_into_tensor", all, bytes_of({output}), nullptr, all_gather_into_tensor(output, input),
-                  _allgather_base(output, input, opts));
-  Request rq = request(CollOp::AllGather, "all_gather_into_tensor", input);
-  require_same_dtype(rq, all);
-  PURLIN_REQUIRE(rq, output.numel() == input.numel() * getSize(),
-                 "output has " + std::to_string(output.numel()) + " elements, expected world size x input = " +
-                     std::to_string(input.numel() * getSize()));
-  at::Tensor in = flat_of(input);
-  std::vector<at::Tensor> outs{output};
-  at::Tensor out = flat_out_for(outs, output.numel(), in);
-  return run_flat(rq, in, out, outs);
+  return collective(
+      "all_gather_into_tensor", all, bytes_of({output}), nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b._allgather_base(output, input, opts); },
+      [&](GroupHosts& h) { return h.all_gather_into_tensor(output, input); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::AllGather, "all_gather_into_tensor", input);
+    require_same_dtype(rq, all);
+    PURLIN_REQUIRE(rq, output.numel() == input.numel() * getSize(),
+                   "output has " + std::to_string(output.numel()) + " elements, expected world size x input = " +
+                       std::to_string(input.numel() * getSize()));
+    at::Tensor in = flat_of(input);
+    std::vector<at::Tensor> outs{output};
+    at::Tensor out = flat_out_for(outs, output.numel(), in);
+    return run_flat(rq, in, out, outs);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -194,19 +213,23 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
                                                         const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_SPANNING("all_gather", all, bytes_of(outputs), nullptr, all_gather(outputs, inputs),
-                  allgather(outputs, inputs, opts));
-  Request rq = request(CollOp::AllGather, "all_gather", inputs[0]);
-  PURLIN_REQUIRE(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
-  require_same_dtype(rq, all);
-  PURLIN_REQUIRE(rq, static_cast<int>(outputs[0].size()) == getSize(),
-                 "output list has " + std::to_string(outputs[0].size()) + " tensors, expected the world size " +
-                     std::to_string(getSize()));
-  for (const auto& o : outputs[0])
-    PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
-  at::Tensor in = flat_of(inputs[0]);
-  at::Tensor out = at::empty({inputs[0].numel() * getSize()}, in.options());
-  return run_flat(rq, in, out, outputs[0]);
+  return collective(
+      "all_gather", all, bytes_of(outputs), nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.allgather(outputs, inputs, opts); },
+      [&](GroupHosts& h) { return h.all_gather(outputs, inputs); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::AllGather, "all_gather", inputs[0]);
+    PURLIN_REQUIRE(rq, inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list per process");
+    require_same_dtype(rq, all);
+    PURLIN_REQUIRE(rq, static_cast<int>(outputs[0].size()) == getSize(),
+                   "output list has " + std::to_string(outputs[0].size()) + " tensors, expected the world size " +
+                       std::to_string(getSize()));
+    for (const auto& o : outputs[0])
+      PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
+    at::Tensor in = flat_of(inputs[0]);
+    at::Tensor out = at::empty({inputs[0].numel() * getSize()}, in.options());
+    return run_flat(rq, in, out, outputs[0]);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -214,30 +237,33 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_into_tensor_coalesced(st
                                                                               const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_SPANNING("all_gather_into_tensor_coalesced", all, bytes_of(outputs), nullptr,
-                  all_gather_into_tensor_coalesced(outputs, inputs), allgather_into_tensor_coalesced(outputs, inputs, opts));
-  Request rq = request(CollOp::AllGather, "all_gather_into_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
-  require_same_dtype(rq, all);
-  PURLIN_REQUIRE(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
-  for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
-    PURLIN_REQUIRE(rq, outputs[i].numel() == inputs[i].numel() * getSize(),
-                   "output " + std::to_string(i) + " must hold world size x its input's elements");
-  // Gather the concatenated inputs, then split rank r's block among outputs.
-  at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
-  const int64_t T = numel_of(inputs);
-  at::Tensor out = in.defined() ? at::empty({T * getSize()}, in.options()) : at::Tensor();
-  set_io(rq, in, out);
-  auto work = run_native(rq, outputs);
-  if (rq.error.empty() && out.defined()) {
-    at::Tensor blocks = out.view({getSize(), T});
-    int64_t off = 0;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const int64_t n = inputs[i].numel();
-      outputs[i].view({getSize(), n}).copy_(blocks.narrow(1, off, n));
-      off += n;
+  return collective(
+      "all_gather_into_tensor_coalesced", all, bytes_of(outputs), nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.allgather_into_tensor_coalesced(outputs, inputs, opts); }, [&](GroupHosts& h) { return h.all_gather_into_tensor_coalesced(outputs, inputs); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::AllGather, "all_gather_into_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
+    require_same_dtype(rq, all);
+    PURLIN_REQUIRE(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
+    for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
+      PURLIN_REQUIRE(rq, outputs[i].numel() == inputs[i].numel() * getSize(),
+                     "output " + std::to_string(i) + " must hold world size x its input's elements");
+    // Gather the concatenated inputs, then split rank r's block among outputs.
+    at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
+    const int64_t T = numel_of(inputs);
+    at::Tensor out = in.defined() ? at::empty({T * getSize()}, in.options()) : at::Tensor();
+    set_io(rq, in, out);
+    auto work = run_native(rq, outputs);
+    if (rq.error.empty() && out.defined()) {
+      at::Tensor blocks = out.view({getSize(), T});
+      int64_t off = 0;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const int64_t n = inputs[i].numel();
+        outputs[i].view({getSize(), n}).copy_(blocks.narrow(1, off, n));
+        off += n;
+      }
     }
-  }
-  return work;
+    return work;
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -245,44 +271,51 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
                                                                   const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_SPANNING("all_gather_coalesced", all, bytes_of(outputs), nullptr, all_gather_coalesced(outputs, inputs),
-                  allgather_coalesced(outputs, inputs, opts));
-  // outputs[r][i] receives rank r's inputs[i].
-  std::vector<at::Tensor> flat_outs;
-  bool ok = static_cast<int>(outputs.size()) == getSize();
-  for (size_t r = 0; ok && r < outputs.size(); ++r) {
-    ok = outputs[r].size() == inputs.size();
-    for (size_t i = 0; ok && i < inputs.size(); ++i) ok = outputs[r][i].numel() == inputs[i].numel();
-  }
-  Request rq = request(CollOp::AllGather, "all_gather_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
-  PURLIN_REQUIRE(rq, ok, "outputs must be world size lists shaped like the inputs");
-  require_same_dtype(rq, all);
-  at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
-  at::Tensor out = in.defined() ? at::empty({numel_of(inputs) * getSize()}, in.options()) : at::Tensor();
-  set_io(rq, in, out);
-  auto work = run_native(rq, all);
-  if (out.defined()) {
-    std::vector<at::Tensor> flat_list = cat_lists(outputs);
-    unflatten_into(out, flat_list);
-  }
-  return work;
+  return collective(
+      "all_gather_coalesced", all, bytes_of(outputs), nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.allgather_coalesced(outputs, inputs, opts); }, [&](GroupHosts& h) { return h.all_gather_coalesced(outputs, inputs); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    // outputs[r][i] receives rank r's inputs[i].
+    std::vector<at::Tensor> flat_outs;
+    bool ok = static_cast<int>(outputs.size()) == getSize();
+    for (size_t r = 0; ok && r < outputs.size(); ++r) {
+      ok = outputs[r].size() == inputs.size();
+      for (size_t i = 0; ok && i < inputs.size(); ++i) ok = outputs[r][i].numel() == inputs[i].numel();
+    }
+    Request rq = request(CollOp::AllGather, "all_gather_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
+    PURLIN_REQUIRE(rq, ok, "outputs must be world size lists shaped like the inputs");
+    require_same_dtype(rq, all);
+    at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
+    at::Tensor out = in.defined() ? at::empty({numel_of(inputs) * getSize()}, in.options()) : at::Tensor();
+    set_io(rq, in, out);
+    auto work = run_native(rq, all);
+    if (out.defined()) {
+      std::vector<at::Tensor> flat_list = cat_lists(outputs);
+      unflatten_into(out, flat_list);
+    }
+    return work;
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all{output, input};
-  PURLIN_SPANNING("reduce_scatter_tensor", all, bytes_of({input}), &opts.reduceOp,
-                  reduce_scatter_tensor(output, input, opts.reduceOp), _reduce_scatter_base(output, input, opts));
-  Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor", input);
-  set_reduction(rq, opts.reduceOp);
-  require_same_dtype(rq, all);
-  PURLIN_REQUIRE(rq, input.numel() == output.numel() * getSize(),
-                 "input has " + std::to_string(input.numel()) + " elements, expected world size x output = " +
-                     std::to_string(output.numel() * getSize()));
-  at::Tensor in = flat_of(input);
-  std::vector<at::Tensor> outs{output};
-  at::Tensor out = flat_out_for(outs, output.numel(), in);
-  return run_flat(rq, in, out, outs);
+  return collective(
+      "reduce_scatter_tensor", all, bytes_of({input}), &opts.reduceOp, opts.asyncOp,
+      [&](c10d::Backend& b) { return b._reduce_scatter_base(output, input, opts); },
+      [&](GroupHosts& h) { return h.reduce_scatter_tensor(output, input, opts.reduceOp); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor", input);
+    set_reduction(rq, opts.reduceOp);
+    require_same_dtype(rq, all);
+    PURLIN_REQUIRE(rq, input.numel() == output.numel() * getSize(),
+                   "input has " + std::to_string(input.numel()) + " elements, expected world size x output = " +
+                       std::to_string(output.numel() * getSize()));
+    at::Tensor in = flat_of(input);
+    std::vector<at::Tensor> outs{output};
+    at::Tensor out = flat_out_for(outs, output.numel(), in);
+    return run_flat(rq, in, out, outs);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -290,19 +323,23 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter(std::vector<at::Ten
                                                              const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
-  PURLIN_SPANNING("reduce_scatter", all, bytes_of(inputs), &opts.reduceOp, reduce_scatter(outputs, inputs, opts.reduceOp),
-                  reduce_scatter(outputs, inputs, opts));
-  Request rq = request(CollOp::ReduceScatter, "reduce_scatter", outputs[0]);
-  set_reduction(rq, opts.reduceOp);
-  PURLIN_REQUIRE(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");
-  require_same_dtype(rq, all);
-  PURLIN_REQUIRE(rq, static_cast<int>(inputs[0].size()) == getSize(), "input list must have world size tensors");
-  for (const auto& t : inputs[0])
-    PURLIN_REQUIRE(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
-  at::Tensor in = flat_of(inputs[0]);
-  std::vector<at::Tensor> outs{outputs[0]};
-  at::Tensor out = flat_out_for(outs, outputs[0].numel(), in);
-  return run_flat(rq, in, out, outs);
+  return collective(
+      "reduce_scatter", all, bytes_of(inputs), &opts.reduceOp, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.reduce_scatter(outputs, inputs, opts); },
+      [&](GroupHosts& h) { return h.reduce_scatter(outputs, inputs, opts.reduceOp); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::ReduceScatter, "reduce_scatter", outputs[0]);
+    set_reduction(rq, opts.reduceOp);
+    PURLIN_REQUIRE(rq, outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list per process");
+    require_same_dtype(rq, all);
+    PURLIN_REQUIRE(rq, static_cast<int>(inputs[0].size()) == getSize(), "input list must have world size tensors");
+    for (const auto& t : inputs[0])
+      PURLIN_REQUIRE(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
+    at::Tensor in = flat_of(inputs[0]);
+    std::vector<at::Tensor> outs{outputs[0]};
+    at::Tensor out = flat_out_for(outs, outputs[0].numel(), in);
+    return run_flat(rq, in, out, outs);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -310,24 +347,26 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(st
                                                                               const c10d::ReduceScatterOptions& opts) {
   std::vector<at::Tensor> all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_SPANNING("reduce_scatter_tensor_coalesced", all, bytes_of(inputs), &opts.reduceOp,
-                  reduce_scatter_tensor_coalesced(outputs, inputs, opts.reduceOp),
-                  reduce_scatter_tensor_coalesced(outputs, inputs, opts));
-  Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
-  set_reduction(rq, opts.reduceOp);
-  require_same_dtype(rq, all);
-  PURLIN_REQUIRE(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
-  for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
-    PURLIN_REQUIRE(rq, inputs[i].numel() == outputs[i].numel() * getSize(),
-                   "input " + std::to_string(i) + " must hold world size x its output's elements");
-  if (!rq.error.empty() || inputs.empty()) return run_native(rq, outputs);
-  // Regroup so rank r's block is contiguous: [r][tensor i][n_i].
-  const int64_t T = numel_of(outputs);
-  std::vector<at::Tensor> per_tensor;
-  for (size_t i = 0; i < inputs.size(); ++i) per_tensor.push_back(inputs[i].reshape({getSize(), -1}));
-  at::Tensor in = at::cat(per_tensor, 1).contiguous().view({-1});
-  at::Tensor out = at::empty({T}, in.options());
-  return run_flat(rq, in, out, outputs);
+  return collective(
+      "reduce_scatter_tensor_coalesced", all, bytes_of(inputs), &opts.reduceOp, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.reduce_scatter_tensor_coalesced(outputs, inputs, opts); }, [&](GroupHosts& h) { return h.reduce_scatter_tensor_coalesced(outputs, inputs, opts.reduceOp); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::ReduceScatter, "reduce_scatter_tensor_coalesced", inputs.empty() ? at::Tensor() : inputs[0]);
+    set_reduction(rq, opts.reduceOp);
+    require_same_dtype(rq, all);
+    PURLIN_REQUIRE(rq, outputs.size() == inputs.size(), "needs as many outputs as inputs");
+    for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i)
+      PURLIN_REQUIRE(rq, inputs[i].numel() == outputs[i].numel() * getSize(),
+                     "input " + std::to_string(i) + " must hold world size x its output's elements");
+    if (!rq.error.empty() || inputs.empty()) return run_native(rq, outputs);
+    // Regroup so rank r's block is contiguous: [r][tensor i][n_i].
+    const int64_t T = numel_of(outputs);
+    std::vector<at::Tensor> per_tensor;
+    for (size_t i = 0; i < inputs.size(); ++i) per_tensor.push_back(inputs[i].reshape({getSize(), -1}));
+    at::Tensor in = at::cat(per_tensor, 1).contiguous().view({-1});
+    at::Tensor out = at::empty({T}, in.options());
+    return run_flat(rq, in, out, outputs);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -336,46 +375,49 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall_base(at::Tensor& output, 
                                                             const c10d::AllToAllOptions& opts) {
   std::vector<at::Tensor> all{output, input};
   // With split sizes the ranks' sizes may differ: no protocol table then.
-  PURLIN_SPANNING("all_to_all_single", all,
-                  input_split_sizes.empty() && output_split_sizes.empty() ? bytes_of({input}) : int64_t{-1}, nullptr,
-                  all_to_all_single(output, input, output_split_sizes, input_split_sizes),
-                  alltoall_base(output, input, output_split_sizes, input_split_sizes, opts));
-  Request rq = request(CollOp::AllToAll, "all_to_all_single", input);
-  require_same_dtype(rq, all);
-  const int W = getSize();
-  auto splits = [&](const at::Tensor& t, const std::vector<int64_t>& rows, const char* side) {
-    std::vector<int64_t> out(W, 0);
-    const int64_t dim0 = t.dim() > 0 ? t.size(0) : 1;
-    const int64_t row = dim0 > 0 ? t.numel() / dim0 : 0;
-    if (rows.empty()) {
-      PURLIN_REQUIRE(rq, dim0 % W == 0, std::string(side) + " dim 0 (" + std::to_string(dim0) + ") is not divisible by the world size");
-      for (auto& s : out) s = dim0 / W * row;
-    } else {
-      PURLIN_REQUIRE(rq, static_cast<int>(rows.size()) == W, std::string(side) + " split sizes must have world size entries");
-      int64_t sum = 0;
-      for (int r = 0; r < W && r < static_cast<int>(rows.size()); ++r) {
-        PURLIN_REQUIRE(rq, rows[r] >= 0, std::string(side) + " split sizes must be non-negative");
-        out[r] = rows[r] * row;
-        sum += rows[r];
+  return collective(
+      "all_to_all_single", all, input_split_sizes.empty() && output_split_sizes.empty() ? bytes_of({input}) : int64_t{-1},
+      nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts); },
+      [&](GroupHosts& h) { return h.all_to_all_single(output, input, output_split_sizes, input_split_sizes); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::AllToAll, "all_to_all_single", input);
+    require_same_dtype(rq, all);
+    const int W = getSize();
+    auto splits = [&](const at::Tensor& t, const std::vector<int64_t>& rows, const char* side) {
+      std::vector<int64_t> out(W, 0);
+      const int64_t dim0 = t.dim() > 0 ? t.size(0) : 1;
+      const int64_t row = dim0 > 0 ? t.numel() / dim0 : 0;
+      if (rows.empty()) {
+        PURLIN_REQUIRE(rq, dim0 % W == 0, std::string(side) + " dim 0 (" + std::to_string(dim0) + ") is not divisible by the world size");
+        for (auto& s : out) s = dim0 / W * row;
+      } else {
+        PURLIN_REQUIRE(rq, static_cast<int>(rows.size()) == W, std::string(side) + " split sizes must have world size entries");
+        int64_t sum = 0;
+        for (int r = 0; r < W && r < static_cast<int>(rows.size()); ++r) {
+          PURLIN_REQUIRE(rq, rows[r] >= 0, std::string(side) + " split sizes must be non-negative");
+          out[r] = rows[r] * row;
+          sum += rows[r];
+        }
+        PURLIN_REQUIRE(rq, sum == dim0, std::string(side) + " split sizes sum to " + std::to_string(sum) + " but dim 0 is " + std::to_string(dim0));
       }
-      PURLIN_REQUIRE(rq, sum == dim0, std::string(side) + " split sizes sum to " + std::to_string(sum) + " but dim 0 is " + std::to_string(dim0));
-    }
-    return out;
-  };
-  rq.in_splits = splits(input, input_split_sizes, "input");
-  rq.out_splits = splits(output, output_split_sizes, "output");
-  at::Tensor in = flat_of(input);
-  // NOTE [in-place all_to_all] One buffer as input and output with other
-  // input than output slots (uneven splits): a plan of several rounds would
-  // write output slots over input pieces of later rounds not yet staged, so
-  // the call runs from a copy of its input. (Equal slots are safe in place:
-  // round j writes only what round j staged. test/cpp/test_plan_symmetry.cc.)
-  if (rq.in_splits != rq.out_splits && input.numel() > 0 && output.numel() > 0 &&
-      output.data_ptr() == input.data_ptr())
-    in = input.contiguous().clone();
-  std::vector<at::Tensor> outs{output};
-  at::Tensor out = flat_out_for(outs, output.numel(), in);
-  return run_flat(rq, in, out, outs);
+      return out;
+    };
+    rq.in_splits = splits(input, input_split_sizes, "input");
+    rq.out_splits = splits(output, output_split_sizes, "output");
+    at::Tensor in = flat_of(input);
+    // NOTE [in-place all_to_all] One buffer as input and output with other
+    // input than output slots (uneven splits): a plan of several rounds would
+    // write output slots over input pieces of later rounds not yet staged, so
+    // the call runs from a copy of its input. (Equal slots are safe in place:
+    // round j writes only what round j staged. test/cpp/test_plan_symmetry.cc.)
+    if (rq.in_splits != rq.out_splits && input.numel() > 0 && output.numel() > 0 &&
+        output.data_ptr() == input.data_ptr())
+      in = input.contiguous().clone();
+    std::vector<at::Tensor> outs{output};
+    at::Tensor out = flat_out_for(outs, output.numel(), in);
+    return run_flat(rq, in, out, outs);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -383,18 +425,22 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall(std::vector<at::Tensor>& 
                                                        const c10d::AllToAllOptions& opts) {
   std::vector<at::Tensor> all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_SPANNING("all_to_all", all, int64_t{-1}, nullptr, all_to_all(outputs, inputs), alltoall(outputs, inputs, opts));
-  Request rq = request(CollOp::AllToAll, "all_to_all", inputs[0]);
-  require_same_dtype(rq, all);
-  PURLIN_REQUIRE(rq, static_cast<int>(inputs.size()) == getSize() && static_cast<int>(outputs.size()) == getSize(),
-                 "input and output lists must have world size tensors");
-  for (const auto& t : inputs) rq.in_splits.push_back(t.numel());
-  for (const auto& t : outputs) rq.out_splits.push_back(t.numel());
-  rq.in_splits.resize(getSize(), 0);
-  rq.out_splits.resize(getSize(), 0);
-  at::Tensor in = flat_of(inputs);
-  at::Tensor out = at::empty({numel_of(outputs)}, in.options());
-  return run_flat(rq, in, out, outputs);
+  return collective(
+      "all_to_all", all, int64_t{-1}, nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.alltoall(outputs, inputs, opts); }, [&](GroupHosts& h) { return h.all_to_all(outputs, inputs); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::AllToAll, "all_to_all", inputs[0]);
+    require_same_dtype(rq, all);
+    PURLIN_REQUIRE(rq, static_cast<int>(inputs.size()) == getSize() && static_cast<int>(outputs.size()) == getSize(),
+                   "input and output lists must have world size tensors");
+    for (const auto& t : inputs) rq.in_splits.push_back(t.numel());
+    for (const auto& t : outputs) rq.out_splits.push_back(t.numel());
+    rq.in_splits.resize(getSize(), 0);
+    rq.out_splits.resize(getSize(), 0);
+    at::Tensor in = flat_of(inputs);
+    at::Tensor out = at::empty({numel_of(outputs)}, in.options());
+    return run_flat(rq, in, out, outputs);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -402,23 +448,27 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::gather(std::vector<std::vector<at:
                                                      const c10d::GatherOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
-  PURLIN_SPANNING("gather", all, int64_t{-1}, nullptr, gather(outputs, inputs, opts), gather(outputs, inputs, opts));
-  Request rq = request(CollOp::Gather, "gather", inputs[0]);
-  set_root(rq, opts.rootRank, getSize());
-  require_same_dtype(rq, all);
-  const bool root = getRank() == rq.root;
-  if (root) {
-    PURLIN_REQUIRE(rq, outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
-                   "the root needs one output list of world size tensors");
-    for (const auto& o : outputs.empty() ? std::vector<at::Tensor>{} : outputs[0])
-      PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
-  }
-  at::Tensor in = flat_of(inputs[0]);
-  at::Tensor out = root ? at::empty({in.numel() * getSize()}, in.options()) : at::Tensor();
-  set_io(rq, in, out);
-  auto work = run_native(rq, root ? outputs[0] : std::vector<at::Tensor>{});
-  if (root) unflatten_into(out, outputs[0]);
-  return work;
+  return collective(
+      "gather", all, int64_t{-1}, nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.gather(outputs, inputs, opts); }, [&](GroupHosts& h) { return h.gather(outputs, inputs, opts); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::Gather, "gather", inputs[0]);
+    set_root(rq, opts.rootRank, getSize());
+    require_same_dtype(rq, all);
+    const bool root = getRank() == rq.root;
+    if (root) {
+      PURLIN_REQUIRE(rq, outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                     "the root needs one output list of world size tensors");
+      for (const auto& o : outputs.empty() ? std::vector<at::Tensor>{} : outputs[0])
+        PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
+    }
+    at::Tensor in = flat_of(inputs[0]);
+    at::Tensor out = root ? at::empty({in.numel() * getSize()}, in.options()) : at::Tensor();
+    set_io(rq, in, out);
+    auto work = run_native(rq, root ? outputs[0] : std::vector<at::Tensor>{});
+    if (root) unflatten_into(out, outputs[0]);
+    return work;
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -426,28 +476,36 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::scatter(std::vector<at::Tensor>& o
                                                       const c10d::ScatterOptions& opts) {
   std::vector<at::Tensor> all = cat_lists(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
-  PURLIN_SPANNING("scatter", all, int64_t{-1}, nullptr, scatter(outputs, inputs, opts), scatter(outputs, inputs, opts));
-  Request rq = request(CollOp::Scatter, "scatter", outputs[0]);
-  set_root(rq, opts.rootRank, getSize());
-  require_same_dtype(rq, all);
-  const bool root = getRank() == rq.root;
-  if (root) {
-    PURLIN_REQUIRE(rq, inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
-                   "the root needs one input list of world size tensors");
-    for (const auto& t : inputs.empty() ? std::vector<at::Tensor>{} : inputs[0])
-      PURLIN_REQUIRE(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
-  }
-  at::Tensor in = root && rq.error.empty() ? flat_of(inputs[0]) : at::Tensor();
-  std::vector<at::Tensor> outs{outputs[0]};
-  at::Tensor out = flat_out_for(outs, outputs[0].numel(), outputs[0]);
-  return run_flat(rq, in, out, outs);
+  return collective(
+      "scatter", all, int64_t{-1}, nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.scatter(outputs, inputs, opts); }, [&](GroupHosts& h) { return h.scatter(outputs, inputs, opts); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::Scatter, "scatter", outputs[0]);
+    set_root(rq, opts.rootRank, getSize());
+    require_same_dtype(rq, all);
+    const bool root = getRank() == rq.root;
+    if (root) {
+      PURLIN_REQUIRE(rq, inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                     "the root needs one input list of world size tensors");
+      for (const auto& t : inputs.empty() ? std::vector<at::Tensor>{} : inputs[0])
+        PURLIN_REQUIRE(rq, t.numel() == outputs[0].numel(), "input tensors must have as many elements as the output");
+    }
+    at::Tensor in = root && rq.error.empty() ? flat_of(inputs[0]) : at::Tensor();
+    std::vector<at::Tensor> outs{outputs[0]};
+    at::Tensor out = flat_out_for(outs, outputs[0].numel(), outputs[0]);
+    return run_flat(rq, in, out, outs);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::barrier(const c10d::BarrierOptions& opts) {
   std::vector<at::Tensor> none;
-  PURLIN_SPANNING("barrier", none, int64_t{-1}, nullptr, barrier(), barrier(opts));
-  Request rq = request(CollOp::Barrier, "barrier", at::Tensor());
-  return run_native(rq, {});
+  return collective(
+      "barrier", none, int64_t{-1}, nullptr, opts.asyncOp,
+      [&](c10d::Backend& b) { return b.barrier(opts); }, [&](GroupHosts& h) { return h.barrier(); },
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+    Request rq = request(CollOp::Barrier, "barrier", at::Tensor());
+    return run_native(rq, {});
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PurlinBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {

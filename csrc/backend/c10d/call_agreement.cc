@@ -151,8 +151,7 @@ AgreedCall agree_on_call(c10d::Backend& engine, const CallDescriptor& mine, cons
     work->wait();
   } catch (const std::exception& e) {
     const auto* c10e = dynamic_cast<const c10::Error*>(&e);
-    TORCH_CHECK(false, who, "exchanging the call's arguments with the group's other ranks (NOTE [call agreement]) "
-                "failed: ", c10e ? c10e->what_without_backtrace() : e.what(), legend);
+    TORCH_CHECK(false, who, "exchanging the call's arguments with the group's other ranks failed: ", c10e ? c10e->what_without_backtrace() : e.what(), legend);
   }
   AgreedCall call;
   const uint8_t* p = out.data_ptr<uint8_t>();

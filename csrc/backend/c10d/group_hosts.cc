@@ -27,7 +27,7 @@ void GroupHosts::map(const char* op) {
       map_ = map_hosts(store_rendezvous(store_, timeout_), "purlin/hosts/", rank_, world_);
     } catch (const std::exception& e) {
       failed_ = e.what();
-      TORCH_CHECK(false, error_prefix(op, rank_), "mapping the group's hosts (NOTE [host map]): ", failed_);
+      TORCH_CHECK(false, error_prefix(op, rank_), "mapping the group's hosts: ", failed_);
     }
   }
   spans_ = map_.count() > 1;
@@ -35,11 +35,9 @@ void GroupHosts::map(const char* op) {
   local_ = map_.local_of[rank_];
   per_host_ = static_cast<int>(map_.hosts[host_].size());
   if (spans_) {
-    reason_ = "the group spans " + map_.describe() + (map_.hints.empty() ? "" : "; " + map_.hints) +
-              " (NOTE [host map])";
-    across_reason_ = reason_ + "; within each host the op runs natively (NOTE [hierarchical collectives])";
-    flat_reason_ = reason_ + "; the engine moves the op's data as bytes and purlin reduces it (NOTE [groups "
-                   "spanning hosts])";
+    reason_ = "the group spans " + map_.describe() + (map_.hints.empty() ? "" : "; " + map_.hints);
+    across_reason_ = reason_ + "; within each host the op runs natively";
+    flat_reason_ = reason_ + "; the engine moves the op's data as bytes and purlin reduces it";
     rows_ = hierarchical_rows(world_);
     if (map_.even()) {
       const int hosts = map_.count();

@@ -116,13 +116,7 @@ std::string PurlinBackend::fallback_reason(const std::string& op, const std::vec
     if (t.layout() != c10::kStrided) return "sparse tensors are not supported natively";
     if (t.is_cuda()) {  // PURLIN-CUDA hook: checks every tensor
       if (hosts_->spans()) return hosts_->reason();  // NOTE [host map]: NCCL across hosts, CUDA IPC never tried
-      const std::string why = cuda().unavailable(op, tensors);
-      if (!why.empty() || table_bytes < 0 || getSize() < 2) return why;
-      const int64_t from = cuda().nccl_from(op);  // NOTE [protocol table]
-      if (from <= 0 || table_bytes < from) return "";
-      if (by_table) *by_table = true;
-      return "NCCL measured faster from " + std::to_string(from) +
-             " bytes (the protocol table, TORCH_PURLIN_CUDA_NCCL_FROM in docs/TUNING.md)";
+      return cuda().route(op, tensors, table_bytes, by_table);  // the CUDA engine's routing
     }
     if (!t.device().is_cpu()) return std::string("tensors on ") + t.device().str() + " are not supported natively";
     DType d;
@@ -139,16 +133,7 @@ c10d::Backend& PurlinBackend::fallback_for(const std::string& op, const std::vec
   const at::Tensor* cuda_t = nullptr;
   for (const auto& t : tensors)
     if (t.defined() && t.is_cuda()) cuda_t = &t;
-  if (cuda_t) {
-    // NCCL sets up a communicator on its first collective, which cannot
-    // happen inside graph capture: say so instead of failing inside NCCL.
-    const bool capturing = CudaPath::capturing(cuda_t->device());
-    TORCH_CHECK(!(by_table && capturing && !nccl_ran_eagerly_), "purlin ", op, " on rank ", getRank(),
-                ": this size runs on NCCL (", why, "), and NCCL's first collective of a group cannot be captured "
-                "in a CUDA graph; run one such collective before capturing, or set TORCH_PURLIN_CUDA_NCCL_FROM=none");
-    nccl_ran_eagerly_ |= !capturing;
-    cuda().note_nccl();  // last_launch: whatever sent it there, NCCL runs it
-  }
+  if (cuda_t) cuda().before_nccl(op, cuda_t->device(), why, by_table);
   fallback_.count_fallback(op, why);
   return fallback_backend(tensors.empty() ? c10::Device(c10::kCPU) : tensors[0].device());
 }

@@ -159,6 +159,18 @@ class PurlinBackend : public c10d::Backend {
   c10d::Backend& fallback_backend(const c10::Device& device);
   // Returns `work`, kept for endCoalescing() inside a coalescing block.
   c10::intrusive_ptr<c10d::Work> coalesced(c10::intrusive_ptr<c10d::Work> work);
+  // The one funnel of every collective, in the manner of ProcessGroupNCCL's
+  // collective(): refuses an op of a closed group (NOTE [shutdown and
+  // abort]); in a group spanning hosts runs span(the group's GroupHosts)
+  // through spanning() (NOTE [groups spanning hosts]); returns fallback(the
+  // fallback backend) if `op` cannot (or, by the protocol table, should not)
+  // run natively (`table_bytes` as in fallback_reason, -1: no table); else
+  // native() under the op's CUDA scope (its stream and Work when it runs on
+  // CUDA). Defined in backend_ops.cc, its only user.
+  template <typename Fallback, typename Spanning, typename Native>
+  c10::intrusive_ptr<c10d::Work> collective(const char* op, const std::vector<at::Tensor>& tensors,
+                                            int64_t table_bytes, const c10d::ReduceOp* redop, bool async_op,
+                                            Fallback&& fallback, Spanning&& span, Native&& native);
   // Runs a native request whose flat in/out tensors are given; returns the Work.
   c10::intrusive_ptr<c10d::Work> run_native(Request& rq, const std::vector<at::Tensor>& keep_alive);
   // set_io + run_native + copy the flat output back into `outs`.
@@ -187,7 +199,6 @@ class PurlinBackend : public c10d::Backend {
   std::unique_ptr<HostEngine> host_;
   mutable std::unique_ptr<CudaPath> cuda_;  // PURLIN-CUDA hook
   uint64_t seq_ = 0;
-  bool nccl_ran_eagerly_ = false;  // a CUDA op ran on NCCL outside graph capture
   // NOTE [coalescing]: between startCoalescing() and endCoalescing(), the ops' Works and the
   // fallback backends coalescing with this block.
   bool coalescing_ = false;

@@ -41,6 +41,7 @@ struct CudaPath::Impl {
   std::string setup_failed;  // NOTE [setup agreement]: why this group's CUDA setup failed, for every later call
   CudaOpScope::State* scope = nullptr;
   bool plain_logged = false;  // NOTE [pool or plain]
+  bool nccl_ran_eagerly = false;  // a CUDA op of the group ran on NCCL outside graph capture
 };
 
 struct CudaOpScope::State {
@@ -71,10 +72,24 @@ ProtocolCounts CudaPath::protocol_counts() const {
   return impl_->engine ? impl_->engine->protocol_counts() : ProtocolCounts{};
 }
 
-int64_t CudaPath::nccl_from(const std::string& op) const { return impl_->engine ? impl_->engine->nccl_from(op) : 0; }
+std::string CudaPath::route(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes,
+                            bool* by_table) {
+  const std::string why = unavailable(op, tensors);
+  if (!why.empty() || table_bytes < 0 || impl_->world < 2) return why;
+  const int64_t from = impl_->engine ? impl_->engine->nccl_from(op) : 0;  // NOTE [protocol table]
+  if (from <= 0 || table_bytes < from) return "";
+  if (by_table) *by_table = true;
+  return "NCCL measured faster from " + std::to_string(from) +
+         " bytes (the protocol table, TORCH_PURLIN_CUDA_NCCL_FROM in docs/TUNING.md)";
+}
 
-void CudaPath::note_nccl() {
-  if (impl_->engine) impl_->engine->note_nccl();
+void CudaPath::before_nccl(const std::string& op, const c10::Device& dev, const std::string& why, bool by_table) {
+  const bool capturing_now = capturing(dev);
+  TORCH_CHECK(!(by_table && capturing_now && !impl_->nccl_ran_eagerly), "purlin ", op, " on rank ", impl_->rank,
+              ": this size runs on NCCL (", why, "), and NCCL's first collective of a group cannot be captured "
+              "in a CUDA graph; run one such collective before capturing, or set TORCH_PURLIN_CUDA_NCCL_FROM=none");
+  impl_->nccl_ran_eagerly |= !capturing_now;
+  if (impl_->engine) impl_->engine->note_nccl();  // last_launch: whatever sent it there, NCCL runs it
 }
 
 bool CudaPath::capturing(const c10::Device& dev) {

@@ -87,13 +87,20 @@ class CudaPath {
   at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options, bool or_plain = false);
   LastLaunch last_launch() const;
   ProtocolCounts protocol_counts() const;
-  // NOTE [protocol table] (protocol_table.h): bytes from which `op` on CUDA
-  // tensors runs on NCCL (0: never); call after unavailable() returned "".
-  int64_t nccl_from(const std::string& op) const;
-  // Records that the latest collective was served by NCCL (last_launch).
-  void note_nccl();
-  // Whether the current stream of `dev` is capturing a CUDA graph.
-  static bool capturing(const c10::Device& dev);
+  // The CUDA engine's routing: "" if `op` on `tensors` (some on CUDA) runs
+  // natively, else why it runs on NCCL: the path cannot serve it
+  // (unavailable()), or the protocol table (NOTE [protocol table] in
+  // protocol_table.h) sends an op of `table_bytes` there (-1: the op does not
+  // consult the table), and then *by_table is set. Collective like unavailable().
+  std::string route(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes,
+                    bool* by_table);
+  // Called before NCCL runs `op` on `dev` (route()'s verdict, or a fallback
+  // forced for another reason; `by_table`: the table sent it). NCCL sets up a
+  // communicator on its first collective, which cannot happen inside graph
+  // capture: raises, naming `op` and the rank, for a table-routed op captured
+  // before any NCCL collective of the group ran eagerly. Records NCCL as the
+  // latest launch (last_launch).
+  void before_nccl(const std::string& op, const c10::Device& dev, const std::string& why, bool by_table);
 
   struct Impl;
 
@@ -102,6 +109,8 @@ class CudaPath {
   // "" once the group's CUDA state on `dev` exists (created here, collective)
   // and can serve `op`, else why not.
   std::string group_on(const c10::Device& dev, const std::string& op);
+  // Whether the current stream of `dev` is capturing a CUDA graph.
+  static bool capturing(const c10::Device& dev);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -140,8 +149,10 @@ inline at::Tensor CudaPath::empty(at::IntArrayRef, const at::TensorOptions&, boo
 }
 inline LastLaunch CudaPath::last_launch() const { return {}; }
 inline ProtocolCounts CudaPath::protocol_counts() const { return {}; }
-inline int64_t CudaPath::nccl_from(const std::string&) const { return 0; }
-inline void CudaPath::note_nccl() {}
+inline std::string CudaPath::route(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t, bool*) {
+  return unavailable(op, tensors);
+}
+inline void CudaPath::before_nccl(const std::string&, const c10::Device&, const std::string&, bool) {}
 inline bool CudaPath::capturing(const c10::Device&) { return false; }
 inline CudaOpScope::CudaOpScope(CudaPath*, const std::vector<at::Tensor>&, bool) {}
 inline CudaOpScope::~CudaOpScope() = default;

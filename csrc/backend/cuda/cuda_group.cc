@@ -17,6 +17,7 @@
 
 #include "atom/cpu/cpu_atom.h"
 #include "atom/cuda/host/cuda_check.h"
+#include "atom/cuda/interned_names.h"
 #include "backend/host/setup_agreement.h"
 #include "backend/host/shm_group.h"
 #include "backend/c10d/store_rendezvous.h"

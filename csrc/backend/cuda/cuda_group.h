@@ -21,13 +21,12 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "atom/cuda/host/ce_atom.h"
-#include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/device/plan_format.h"
 #include "atom/cuda/device/plan_kernel.h"
+#include "atom/cuda/host/ce_atom.h"
 #include "atom/cuda/host/plan_store.h"
 #include "atom/cuda/host/symmetric_pool.h"
 #include "atom/cuda/host/symmetric_workspace.h"
-#include "atom/cuda/protocol/protocol_choice.h"
 #include "backend/cuda/cuda_engine.h"
 #include "backend/host/group_channel.h"
 #include "backend/host/group_health.h"
@@ -35,6 +34,7 @@
 #include "backend/host/protocol_table.h"
 #include "backend/host/request.h"
 #include "backend/host/symmetric_use.h"
+#include "lowering/protocol_choice.h"
 #include "snac/plan.h"
 
 namespace purlin::atom {
@@ -91,7 +91,8 @@ class CudaGroup {
 
  private:
   struct CachedPlan {
-    cu::ProtocolChoice choice;             // NOTE [protocol choice]: the Atom's plan, shape and signature
+    lowering::ProtocolChoice choice;      // NOTE [protocol choice]: the plan, its shape and signature
+    snac::CallDescription call;           // the call it was chosen for (request.h's describe_call)
     std::unique_ptr<cu::InlinePlan> inl;  // the lowered plan, when it fits a launch's parameters
     cu::DevicePlanRef dev;                // otherwise
     const std::string* protocol_name = nullptr;  // choice.protocol, in protocol_names_ (protocol_counts())
@@ -118,7 +119,7 @@ class CudaGroup {
   // and custom specs never take it.
   struct PlanMemo {
     const CachedPlan* plan = nullptr;
-    CollOp op = CollOp::Barrier;
+    const char* name = nullptr;  // Request::name: a literal per op
     DType dtype = DType::Float32;
     int root = 0;
     int64_t in_numel = 0, out_numel = 0, shift = 0;
@@ -143,11 +144,10 @@ class CudaGroup {
   void order_after_last(cudaStream_t s);
   // Counts a launch of `name` (a Request::name literal) running `protocol` (in protocol_names_).
   void count_launch(const char* name, const std::string* protocol);
-  bool two_shot(const Request& rq) const;
   // NOTE [copy-engine zero-copy] (ce_atom.h): whether a collective whose
   // output is in the pool at out_offset can pull from its peers' inputs, and
   // rank 0's input offset (rank q's: + q * the input's bytes in place).
-  bool ce_sources_in_pool(const Request& rq, const PoolUse& pu, int64_t* in_offset) const;
+  bool ce_sources_in_pool(const Request& rq, const CachedPlan& c, const PoolUse& pu, int64_t* in_offset) const;
   // Enqueues `c` (a pull plan) on the copy-engine Atom; in_offset >= 0: a
   // zero-copy plan reading the peers' inputs from the pool.
   void launch_copy_engine(const Request& rq, const CachedPlan& c, int64_t in_offset, cudaStream_t stream);
@@ -169,7 +169,8 @@ class CudaGroup {
   // pool_use()'s last Spec-dependent answer, and the call it was for (NOTE [eager host path]).
   struct UseMemo {
     bool valid = false;
-    CollOp op = CollOp::Barrier;
+    const char* name = nullptr;
+    DType dtype = DType::Float32;
     int root = 0;
     int64_t in_numel = 0, out_numel = 0;
     cu::IoAlias alias = cu::IoAlias::Disjoint;

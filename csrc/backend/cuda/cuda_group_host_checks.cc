@@ -71,7 +71,7 @@ void CudaGroup::settle_local_error(const Request& rq) {
 std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
   const std::vector<std::byte> blob = encode_meta(rq, world_);
   const PeerMeta mine = decode_meta(blob.data(), world_);
-  if (rq.op != CollOp::AllToAll && !check_calls_) return std::vector<PeerMeta>(world_, mine);
+  if (!sizes_per_rank(rq) && !check_calls_) return std::vector<PeerMeta>(world_, mine);
   // all_to_all: the plan needs every rank's splits. They are exchanged on the
   // host through a shared-memory arrival handshake (NOTE [arrival]; the ranks
   // of a CUDA group share one host), microseconds instead of a Store round trip.
@@ -81,7 +81,7 @@ std::vector<PeerMeta> CudaGroup::peer_meta(const Request& rq) {
   // cannot name because the ranks' sizes chose different protocols (lines,
   // parity or workspace plans, different block counts), which otherwise wait
   // for flags that never come until the group's timeout.
-  const atom::WaitSite site{rq.name, rq.op == CollOp::AllToAll ? "all_to_all: exchange split sizes with every rank"
+  const atom::WaitSite site{rq.name, sizes_per_rank(rq) ? "all_to_all: exchange split sizes with every rank"
                                                                : "check the call's arguments with every rank",
                             channel_.next_seq()};
   return channel_.arrive_and_check(rq, site);  // group_channel.h: the CPU engine's arrival and agreement

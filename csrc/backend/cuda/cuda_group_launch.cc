@@ -6,15 +6,19 @@
 #include <algorithm>
 
 #include "atom/cuda/host/cuda_check.h"
+#include "atom/cuda/interned_names.h"
 #include "backend/cuda/cuda_group.h"
+#include "lowering/copy_engine_plan.h"
+#include "snac/executor.h"
 
 namespace purlin::backend {
 
 // In-place all_gather by its layout, alike on every rank (rank 0's input
-// starts where its output does: alias Same there, Shifted elsewhere).
-static bool in_place_all_gather(const Request& rq, int rank, int world) {
+// starts where its output does: alias Same there, Shifted elsewhere): the
+// own-block form where Input is block `rank` of Output (CallDescription::own_block).
+static bool in_place_all_gather(const Request& rq, const snac::CallDescription& call, int rank, int world) {
   const size_t bytes = static_cast<size_t>(rq.in_numel) * dtype_size(rq.dtype);
-  return rq.op == CollOp::AllGather && !rq.custom && rq.out_numel == rq.in_numel * world &&
+  return call.own_block > 0 && rq.out_numel == rq.in_numel * world &&
          static_cast<const char*>(rq.in) == static_cast<const char*>(rq.out) + static_cast<size_t>(rank) * bytes;
 }
 
@@ -26,8 +30,9 @@ static bool in_place_all_gather(const Request& rq, int rank, int world) {
 // the root's buffer is read), or any input in a pool block of its own. Every
 // rank judges alike by the contract of torch_purlin.empty (pool tensors on
 // every rank, at the same offsets), which the call check enforces.
-bool CudaGroup::ce_sources_in_pool(const Request& rq, const PoolUse& pu, int64_t* in_offset) const {
-  if (in_place_all_gather(rq, rank_, world_)) {
+bool CudaGroup::ce_sources_in_pool(const Request& rq, const CachedPlan& c, const PoolUse& pu,
+                                   int64_t* in_offset) const {
+  if (in_place_all_gather(rq, c.call, rank_, world_)) {
     *in_offset = pu.out_offset;  // rank q's input: out_offset + q * its bytes
     return true;
   }
@@ -41,30 +46,43 @@ bool CudaGroup::ce_sources_in_pool(const Request& rq, const PoolUse& pu, int64_t
   return *in_offset >= 0;
 }
 
+// The copy-engine Atom runs the pull plan through snac::execute, as the CPU
+// engine runs the CPU Atom (NOTE [copy-engine barriers] in ce_atom.h).
 void CudaGroup::launch_copy_engine(const Request& rq, const CachedPlan& c, int64_t in_offset, cudaStream_t stream) {
+  const snac::Plan& plan = c.choice.pull_plan;
   cu::CeCall call;
-  call.plan = &c.choice.pull_plan;
-  call.input = rq.in;
-  call.output = rq.out;
-  call.dtype = rq.dtype;
+  call.moves = plan.rounds != 0;
+  call.steps = plan.steps;
   call.op_name = rq.name;
   call.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
   call.stream = stream;
   // NOTE [copy-engine call check]: what the kernel's call tag covers, and the place of the inputs.
   uint64_t sig = c.choice.sig;
+  void* const* peer_inputs = nullptr;
   if (in_offset >= 0) {
-    const bool slots = in_place_all_gather(rq, rank_, world_);  // rank q's input is its output's slot q
+    const bool slots = in_place_all_gather(rq, c.call, rank_, world_);  // rank q's input is its output's slot q
     const int64_t stride = slots ? rq.in_numel * static_cast<int64_t>(dtype_size(rq.dtype)) : 0;
     ce_peer_inputs_.resize(static_cast<size_t>(world_));
     for (int q = 0; q < world_; ++q) ce_peer_inputs_[q] = pool_->base_of(q) + in_offset + q * stride;
-    call.peer_inputs = ce_peer_inputs_.data();
+    peer_inputs = ce_peer_inputs_.data();
     sig ^= static_cast<uint64_t>(in_offset + 1) * 0x100000001b3ull ^ (slots ? 0x5100000000000000ull : 0);
   }
+  call.plan_refusal = lowering::copy_engine_refusal(plan, rank_, world_, static_cast<int64_t>(ce_->workspace_bytes()),
+                                                    static_cast<int64_t>(dtype_size(rq.dtype)), peer_inputs != nullptr);
   ce_check(rq, sig);
   const char* protocol = in_offset >= 0 ? "copy-engine+zero-copy" : "copy-engine";
   last_ = LastLaunch{protocol, 0, 0, false};
   count_launch(rq.name, &*protocol_names_.insert(protocol).first);
-  const std::string err = ce_->enqueue(call);
+  const std::string err = ce_->enqueue(call, [&](uint64_t step_base) {
+    snac::ExecArgs a;
+    a.input = rq.in;
+    a.output = rq.out;
+    a.peer_inputs = peer_inputs;
+    a.dtype = rq.dtype;
+    a.step_base = step_base;
+    a.site = atom::WaitSite{rq.name, "", 0};
+    snac::execute(plan, *ce_, a);
+  });
   if (!err.empty()) {
     channel_.mark_broken(err);
     throw std::runtime_error(error_prefix(rq.name, rank_) + err);
@@ -108,7 +126,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   // made by plan_for() only when its plan is not memoized. An exchange
   // carries this rank's argument error too, so every rank raises it.
   std::vector<PeerMeta> all;
-  const bool exchanged = rq.op == CollOp::AllToAll || check_calls_;
+  const bool exchanged = sizes_per_rank(rq) || check_calls_;
   if (exchanged) all = peer_meta(rq);
   if (!rq.error.empty()) {
     const std::string what = error_prefix(rq.name, rank_) + rq.error;
@@ -131,7 +149,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
     if (pu.use.read_peer_inputs || pu.use.write_peer_outputs) cp = &plan_for(rq, all, pu.use, false);
   }
   const CachedPlan& c = *cp;
-  const cu::ProtocolChoice& ch = c.choice;
+  const lowering::ProtocolChoice& ch = c.choice;
   if (ch.plan.rounds == 0) return;  // nothing moves on any rank
   // The caller (CudaPath::run) holds a CUDAGuard on this group's device.
   order_after_last(stream);
@@ -140,7 +158,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   if (ce_ && !ch.lines && !ch.parity && !ch.reduces && ch.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
     const CachedPlan* ce_plan = &c;
     int64_t in_offset = pu.in_offset;  // rank 0's input offset; every rank's, but in place all_gather's
-    if (pu.out_offset >= 0 && ce_sources_in_pool(rq, pu, &in_offset)) {
+    if (pu.out_offset >= 0 && ce_sources_in_pool(rq, c, pu, &in_offset)) {
       SymmetricUse pull;
       pull.read_peer_inputs = true;
       ce_plan = &plan_for(rq, all, pull, false);  // NOTE [copy-engine zero-copy]: pull, not write
@@ -179,7 +197,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   l.lines = ch.lines;
   l.wide_lines = ch.wide;
   l.parity = ch.parity;
-  l.call_sig = cu::call_signature(ch.sig, pu.in_offset, pu.out_offset);
+  l.call_sig = lowering::call_signature(ch.sig, pu.in_offset, pu.out_offset);
   l.input_pool_offset = pu.in_offset;
   l.output_pool_offset = pu.out_offset;
   l.overlap = overlap_;

@@ -1,6 +1,6 @@
 // cuda_group_plans.cc — CudaGroup's plans: the symmetric-memory use of a call
 // (backend/host/symmetric_use.h), the Atom's protocol choice for it
-// (atom/cuda/protocol/protocol_choice.h), the plan cache and its memo.
+// (lowering/protocol_choice.h), the plan cache and its memo.
 #ifdef PURLIN_WITH_CUDA
 
 #include <algorithm>
@@ -19,13 +19,6 @@ cu::IoAlias CudaGroup::alias_of(const Request& rq, int64_t* shift) {
   return static_cast<cu::IoAlias>(io_alias(rq, shift));
 }
 
-// Whether an all_reduce runs two-shot (TORCH_PURLIN_CUDA_TWO_SHOT_BYTES). Every
-// rank passes the same sizes to an all_reduce (the call tags check it).
-bool CudaGroup::two_shot(const Request& rq) const {
-  const int64_t bytes = std::max(rq.in_numel, rq.out_numel) * static_cast<int64_t>(dtype_size(rq.dtype));
-  return rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_;
-}
-
 // NOTE [symmetric use is rank-invariant] (backend/host/symmetric_use.h).
 // The Spec-dependent half of the rule is memoized like the plans (NOTE
 // [eager host path]): an FSDP2 step's pool all-gathers build no Spec.
@@ -36,17 +29,17 @@ CudaGroup::PoolUse CudaGroup::pool_use(const Request& rq, std::vector<PeerMeta>&
   const int64_t in = rq.in_numel > 0 ? pool_->offset_of(rq.in, rq.in_numel * esize) : -1;
   const int64_t out = rq.out_numel > 0 ? pool_->offset_of(rq.out, rq.out_numel * esize) : -1;
   if (in < 0 && out < 0) return u;
-  const bool two = two_shot(rq);
   const cu::IoAlias alias = alias_of(rq);
-  const bool memoizable = rq.op != CollOp::AllToAll && !rq.custom;
+  const bool memoizable = !sizes_per_rank(rq) && !rq.custom;
   UseMemo& m = use_memo_;
-  if (!(memoizable && m.valid && m.op == rq.op && m.root == rq.root && m.in_numel == rq.in_numel &&
-        m.out_numel == rq.out_numel && m.alias == alias && m.two_shot == two)) {
+  if (!(memoizable && m.valid && m.name == rq.name && m.dtype == rq.dtype && m.root == rq.root &&
+        m.in_numel == rq.in_numel && m.out_numel == rq.out_numel && m.alias == alias)) {
     if (all.empty()) all = peer_meta(rq);
-    const snac::Spec spec = build_spec(rq, all);
-    m = UseMemo{true, rq.op, rq.root, rq.in_numel, rq.out_numel, alias, two,
-                symmetric_use(rq, spec, two, true, false).read_peer_inputs,
-                symmetric_use(rq, spec, two, false, true).write_peer_outputs};
+    const snac::CallDescription call = describe_call(rq, build_spec(rq, all));
+    const bool two = runs_two_shot(call, esize, world_, two_shot_bytes_);  // NOTE [protocol table]
+    m = UseMemo{true, rq.name, rq.dtype, rq.root, rq.in_numel, rq.out_numel, alias, two,
+                symmetric_use(rq, call, two, true, false).read_peer_inputs,
+                symmetric_use(rq, call, two, false, true).write_peer_outputs};
   }
   u.reads_allowed = m.zero_copy;
   u.use.write_peer_outputs = out >= 0 && m.peer_outputs;
@@ -62,18 +55,19 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, std::vector<
   const cu::IoAlias alias = alias_of(rq, &shift);
   // NOTE [eager host path]: the same call as the last one of this kind.
   PlanMemo& memo = memo_[use.write_peer_outputs ? 4 : (use.read_peer_inputs ? 2 : 0) + (region ? 1 : 0)];
-  const bool memoizable = rq.op != CollOp::AllToAll && !rq.custom && rq.in_splits.empty() && rq.out_splits.empty();
-  if (memoizable && memo.plan && memo.op == rq.op && memo.dtype == rq.dtype && memo.root == rq.root &&
+  const bool memoizable = !sizes_per_rank(rq) && !rq.custom && rq.out_splits.empty();
+  if (memoizable && memo.plan && memo.name == rq.name && memo.dtype == rq.dtype && memo.root == rq.root &&
       memo.in_numel == rq.in_numel && memo.out_numel == rq.out_numel && memo.alias == alias && memo.shift == shift)
     return *memo.plan;
   const CachedPlan& c = plan_for_key(rq, all, use, region, alias, shift);
-  if (memoizable) memo = PlanMemo{&c, rq.op, rq.dtype, rq.root, rq.in_numel, rq.out_numel, shift, alias};
+  if (memoizable) memo = PlanMemo{&c, rq.name, rq.dtype, rq.root, rq.in_numel, rq.out_numel, shift, alias};
   return c;
 }
 
 // The cache key holds every fact choose_protocol reads (NOTE [protocol choice]): the Spec's inputs
 // (plan_key: op, element size, root, sizes, splits, custom hash), the aliasing, the pool's use and
-// the region request (PREMUL_SUM asks for none); two-shot and direct local reads follow from them.
+// the region request (PREMUL_SUM asks for none); two-shot and direct local reads follow from them and
+// the call's description.
 const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use,
                                                        bool region, cu::IoAlias alias, int64_t shift) {
   if (all.empty()) all = peer_meta(rq);
@@ -87,18 +81,20 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   key += std::to_string(shift);
   if (const CachedPlan* cached = plans_.find(key)) return *cached;  // NOTE [plan caches] (plan_cache.h)
   const snac::Spec spec = build_spec(rq, all);
-  cu::CallFacts facts;
+  const snac::CallDescription call = describe_call(rq, spec);
+  lowering::CallFacts facts;
   facts.esize = static_cast<int64_t>(dtype_size(rq.dtype));
   facts.scale_per_rank = rq.redop == RedOp::PremulSum;
   facts.region = region;
-  facts.two_shot = two_shot(rq);
+  facts.two_shot = runs_two_shot(call, facts.esize, world_, two_shot_bytes_);  // NOTE [protocol table]
   facts.read_peer_inputs = use.read_peer_inputs;
   facts.write_peer_outputs = use.write_peer_outputs;
-  facts.direct_local = direct_local_reads(rq, rank_);  // NOTE [direct local reads]
+  facts.direct_local = direct_local_reads(rq, call, rank_);  // NOTE [direct local reads]
   facts.alias = alias;
   facts.shift = shift;
   auto c = std::make_unique<CachedPlan>();
-  c->choice = cu::choose_protocol(spec, facts, settings_, rank_, static_cast<uint64_t>(rq.dtype));
+  c->call = call;
+  c->choice = lowering::choose_protocol(spec, facts, settings_, rank_, static_cast<uint64_t>(rq.dtype));
   c->protocol_name = &*protocol_names_.insert(c->choice.protocol).first;
   if (cu::fits_inline(c->choice.lowered)) {
     c->inl = std::make_unique<cu::InlinePlan>();
@@ -107,7 +103,7 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
     c->dev = store_plans_->upload(c->choice.lowered);
   }
   if (debug_) {
-    const cu::ProtocolChoice& p = c->choice;
+    const lowering::ProtocolChoice& p = c->choice;
     std::fprintf(stderr,
                  "[purlin] rank %d: new CUDA plan for %s (%s, %d blocks, %zu device ops, %u local barriers, %d own-slot "
                  "waits, %s): %s",

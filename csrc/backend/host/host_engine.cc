@@ -60,20 +60,29 @@ void HostEngine::ensure_atom(const char* op) {
   }
 }
 
-const snac::Plan& HostEngine::plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool direct_local) {
+// The cache key holds every fact the plan depends on: the Spec's inputs
+// (plan_key) and this rank's aliasing; two-shot and direct local reads follow
+// from them and the call's description.
+const snac::Plan& HostEngine::plan_for(const Request& rq, const std::vector<PeerMeta>& all) {
+  int64_t shift = 0;
+  const IoAlias alias = io_alias(rq, &shift);
+  std::string key = plan_key(rq, all);
+  key += 'a';
+  key += static_cast<char>('0' + static_cast<int>(alias));
+  key += "/s";
+  key += std::to_string(shift);
+  if (const snac::Plan* p = plans_.find(key)) return *p;
   const size_t esize = dtype_size(rq.dtype);
-  const int64_t bytes = std::max(all[0].in_numel, all[0].out_numel) * static_cast<int64_t>(esize);
+  snac::Spec spec = build_spec(rq, all);
+  const snac::CallDescription call = describe_call(rq, spec);
   snac::PlanOptions opt;
   opt.align_elems = std::max<int64_t>(1, 64 / static_cast<int64_t>(esize));
   opt.slot_elems =
       static_cast<int64_t>(channel_.atom().workspace_bytes() / 2 / esize) / opt.align_elems * opt.align_elems;
-  opt.direct_local = direct_local;
-  opt.reduce_algo = (rq.op == CollOp::AllReduce && world_ > 1 && bytes >= two_shot_bytes_) ? snac::ReduceAlgo::TwoShot
-                                                                                         : snac::ReduceAlgo::OneShot;
-  std::string key = plan_key(rq, all) + (direct_local ? "/d" : "/s") +
-                    (opt.reduce_algo == snac::ReduceAlgo::TwoShot ? "2" : "1");
-  if (const snac::Plan* p = plans_.find(key)) return *p;
-  snac::Spec spec = build_spec(rq, all);
+  opt.direct_local = direct_local_reads(rq, call, rank_);  // NOTE [direct local reads]
+  opt.reduce_algo = runs_two_shot(call, static_cast<int64_t>(esize), world_, two_shot_bytes_)
+                        ? snac::ReduceAlgo::TwoShot
+                        : snac::ReduceAlgo::OneShot;  // NOTE [protocol table]
   auto plan = std::make_unique<snac::Plan>(snac::make_plan(spec, rank_, opt));
   if (debug_) std::fprintf(stderr, "[purlin] new plan for %s: %s", spec.name.c_str(), plan->describe().c_str());
   return plans_.insert(std::move(key), std::move(plan));
@@ -85,7 +94,7 @@ void HostEngine::run(Request& rq) {
   atom::WaitSite site{rq.name, "", channel_.next_seq()};
   const std::vector<PeerMeta> all = channel_.arrive_and_check(rq, site);  // NOTE [arrival]
 
-  const snac::Plan& plan = plan_for(rq, all, direct_local_reads(rq, rank_));  // NOTE [direct local reads]
+  const snac::Plan& plan = plan_for(rq, all);
   std::vector<double> scales;
   if (rq.redop == RedOp::PremulSum)
     for (const auto& m : all) scales.push_back(m.scale);

@@ -37,7 +37,7 @@ class HostEngine {
 
  private:
   void ensure_atom(const char* op);  // NOTE [setup agreement]
-  const snac::Plan& plan_for(const Request& rq, const std::vector<PeerMeta>& all, bool direct_local);
+  const snac::Plan& plan_for(const Request& rq, const std::vector<PeerMeta>& all);
 
   int rank_, world_;
   Rendezvous rdv_;

@@ -88,4 +88,8 @@ int64_t two_shot_bytes(const env::Settings& settings, const char* var, int world
   return bytes_for_world(settings.get(var), world, var);
 }
 
+bool runs_two_shot(const snac::CallDescription& call, int64_t esize, int world, int64_t threshold) {
+  return call.traits.reduces_to_several_ranks && world > 1 && call.traits.max_rank_elems * esize >= threshold;
+}
+
 }  // namespace purlin::backend

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "snac/spec_traits.h"
 
 namespace purlin::backend {
 
@@ -72,5 +73,12 @@ int64_t bytes_for_world(const std::string& text, int world, const char* var);
 // TORCH_PURLIN_CUDA_TWO_SHOT_BYTES for the CUDA group): the one parser of
 // both; throws std::invalid_argument naming `var`.
 int64_t two_shot_bytes(const env::Settings& settings, const char* var, int world);
+
+// The two-shot rule of both engines: a call whose Spec reduces to several
+// ranks (SpecTraits::reduces_to_several_ranks: all_reduce, not reduce or
+// reduce_scatter), in a group of more than one rank, of at least `threshold`
+// bytes per rank (its size, SpecTraits::max_rank_elems of `esize` bytes:
+// alike on every rank).
+bool runs_two_shot(const snac::CallDescription& call, int64_t esize, int world, int64_t threshold);
 
 }  // namespace purlin::backend

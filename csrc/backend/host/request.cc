@@ -165,6 +165,26 @@ snac::Spec build_spec(const Request& rq, const std::vector<PeerMeta>& all) {
   return snac::barrier(W);
 }
 
+snac::CallDescription describe_call(const Request& rq, const snac::Spec& spec) {
+  snac::CallDescription d = snac::describe(spec);
+  switch (rq.op) {
+    case CollOp::Scatter: d.inputs_everywhere = false; break;
+    case CollOp::Reduce: d.outputs_everywhere = false; break;
+    case CollOp::Gather:
+      d.outputs_everywhere = false;
+      d.inputs_at_one_offset = false;
+      break;
+    case CollOp::AllGather:
+      d.outputs_writable_by_peers = true;
+      d.own_block = 1;
+      break;
+    case CollOp::Broadcast: d.outputs_writable_by_peers = true; break;
+    case CollOp::ReduceScatter: d.own_block = -1; break;
+    default: break;
+  }
+  return d;
+}
+
 // Built on every call (the plan caches' key): appended with to_chars, not a
 // stream, whose construction alone cost about a microsecond per call.
 std::string plan_key(const Request& rq, const std::vector<PeerMeta>& all) {
@@ -206,26 +226,26 @@ IoAlias io_alias(const Request& rq, int64_t* shift) {
 // from Input (instead of staging them) when no op of its plan can overwrite
 // them before they are read:
 //  - Input and Output are disjoint;
-//  - the same buffer, for the elementwise-aligned collectives (all_reduce,
-//    reduce, broadcast): each output element is written by the op that reads
-//    the same input element, or later (two-shot phase 1), never earlier, and
-//    Atom reduce reads every source before storing (dst may alias a source);
-//  - c10d's in-place all_gather (Input is block `rank` of Output: the copy of
-//    the own block is a no-op, every other write misses Input) and in-place
+//  - the same buffer, for elementwise-aligned Specs (SpecTraits::
+//    elementwise_aligned: all_reduce, reduce, broadcast): each output element
+//    is written by the op that reads the same input element, or later
+//    (two-shot phase 1), never earlier, and Atom reduce reads every source
+//    before storing (dst may alias a source);
+//  - the own-block in-place forms (CallDescription::own_block): c10d's
+//    in-place all_gather (Input is block `rank` of Output: the copy of the own
+//    block is a no-op, every other write misses Input) and in-place
 //    reduce_scatter (Output is block `rank` of Input: the reduction of that
 //    block reads it before storing over it; other blocks are read only by the
 //    staging of this rank's contributions, which no write precedes).
 // Any other overlap stages everything.
-bool direct_local_reads(const Request& rq, int rank) {
+bool direct_local_reads(const Request& rq, const snac::CallDescription& call, int rank) {
   int64_t shift = 0;
   switch (io_alias(rq, &shift)) {
     case IoAlias::Disjoint: return true;
-    case IoAlias::Same:
-      return rq.in_numel == rq.out_numel &&
-             (rq.op == CollOp::AllReduce || rq.op == CollOp::Reduce || rq.op == CollOp::Broadcast);
+    case IoAlias::Same: return rq.in_numel == rq.out_numel && call.traits.elementwise_aligned;
     case IoAlias::Shifted:
-      if (rq.op == CollOp::AllGather) return shift == static_cast<int64_t>(rank) * rq.in_numel;
-      if (rq.op == CollOp::ReduceScatter) return shift == -static_cast<int64_t>(rank) * rq.out_numel;
+      if (call.own_block > 0) return shift == static_cast<int64_t>(rank) * rq.in_numel;
+      if (call.own_block < 0) return shift == -static_cast<int64_t>(rank) * rq.out_numel;
       return false;
     case IoAlias::Overlap: return false;
   }

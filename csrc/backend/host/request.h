@@ -66,6 +66,16 @@ std::string check_agreement(const std::vector<PeerMeta>& all, int me);
 // The global Spec of an agreed call.
 snac::Spec build_spec(const Request& rq, const std::vector<PeerMeta>& all);
 
+// The call's description (snac/spec_traits.h): the traits of `spec` (the
+// call's Spec, build_spec's) and who passes which tensor, which the op's API
+// fixes. Engines decide by it, never by the op (NOTE [symmetric use is
+// rank-invariant]); a custom Spec gets snac::describe's.
+snac::CallDescription describe_call(const Request& rq, const snac::Spec& spec);
+
+// Whether every rank's sizes are its own (all_to_all's splits): exchanged on
+// every call, never memoized.
+inline bool sizes_per_rank(const Request& rq) { return !rq.in_splits.empty(); }
+
 // Key identifying this rank's plan for an agreed call (for the plan cache).
 std::string plan_key(const Request& rq, const std::vector<PeerMeta>& all);
 
@@ -82,7 +92,7 @@ IoAlias io_alias(const Request& rq, int64_t* shift = nullptr);
 
 // NOTE [direct local reads] in request.cc: whether rank `rank` may read its
 // own contributions straight from Input (PlanOptions::direct_local).
-bool direct_local_reads(const Request& rq, int rank);
+bool direct_local_reads(const Request& rq, const snac::CallDescription& call, int rank);
 
 // "purlin <op> on rank <r>: " — how every engine error message starts.
 std::string error_prefix(const char* op, int rank);

@@ -1,25 +1,8 @@
 // symmetric_use.cc — see symmetric_use.h.
 #include "backend/host/symmetric_use.h"
 
-#include "snac/spec_traits.h"
 
 namespace purlin::backend {
-
-CallShape call_shape(const Request& rq) {
-  CallShape s;
-  switch (rq.op) {
-    case CollOp::Scatter: s.inputs_everywhere = false; break;
-    case CollOp::Reduce: s.outputs_everywhere = false; break;
-    case CollOp::Gather:
-      s.outputs_everywhere = false;
-      s.inputs_at_one_offset = false;
-      break;
-    case CollOp::AllGather:
-    case CollOp::Broadcast: s.outputs_writable_by_peers = !rq.custom; break;
-    default: break;
-  }
-  return s;
-}
 
 // NOTE [zero-copy in place] Reading peers' inputs in place is safe when no
 // rank overwrites an Input a peer may still read:
@@ -35,13 +18,12 @@ CallShape call_shape(const Request& rq) {
 //    aliases alike on every rank. One-shot all_reduce in place would
 //    overwrite an input every peer reads, so it stages.
 // (test/cpp/test_cuda_plan_emulation.cc fails if this rule admits one-shot in place.)
-bool reads_in_place_allowed(const Request& rq, const snac::Spec& spec, bool two_shot) {
-  const CallShape shape = call_shape(rq);
-  if (!shape.inputs_everywhere) return false;     // a rank without an Input cannot judge the pool
-  if (!shape.inputs_at_one_offset) return false;  // the peers would read at offsets they cannot know
-  const snac::SpecTraits t = snac::spec_traits(spec);
+bool reads_in_place_allowed(const Request& rq, const snac::CallDescription& call, bool two_shot) {
+  if (!call.inputs_everywhere) return false;     // a rank without an Input cannot judge the pool
+  if (!call.inputs_at_one_offset) return false;  // the peers would read at offsets they cannot know
+  const snac::SpecTraits& t = call.traits;
   if (t.inputs_unwritten_while_read) return true;
-  if (two_shot && spec.kind == snac::OpKind::Reduce) return true;
+  if (two_shot && t.reduces) return true;
   return t.every_rank_reads_input && io_alias(rq) == IoAlias::Disjoint;
 }
 
@@ -49,16 +31,15 @@ bool reads_in_place_allowed(const Request& rq, const snac::Spec& spec, bool two_
 // same offset (the call tag checks it) lets copy collectives write straight
 // into the peers' Outputs, where every rank passes an Output and the op's
 // in-place forms keep what peers write away from Inputs still to be read
-// (CallShape::outputs_writable_by_peers). all_to_all in place would let a peer
+// (CallDescription::outputs_writable_by_peers). all_to_all in place would let a peer
 // overwrite a slot this rank has yet to send, and a rank's alias is its own
 // choice, so it is left out.
-SymmetricUse symmetric_use(const Request& rq, const snac::Spec& spec, bool two_shot, bool input_in_pool,
+SymmetricUse symmetric_use(const Request& rq, const snac::CallDescription& call, bool two_shot, bool input_in_pool,
                            bool output_in_pool) {
   SymmetricUse u;
-  const CallShape shape = call_shape(rq);
-  u.write_peer_outputs = output_in_pool && spec.kind == snac::OpKind::Copy && shape.outputs_everywhere &&
-                         shape.outputs_writable_by_peers && rq.out_numel > 0;
-  u.read_peer_inputs = !u.write_peer_outputs && input_in_pool && reads_in_place_allowed(rq, spec, two_shot);
+  u.write_peer_outputs = output_in_pool && !call.traits.reduces && call.outputs_everywhere &&
+                         call.outputs_writable_by_peers && rq.out_numel > 0;
+  u.read_peer_inputs = !u.write_peer_outputs && input_in_pool && reads_in_place_allowed(rq, call, two_shot);
   return u;
 }
 

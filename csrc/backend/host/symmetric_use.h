@@ -6,8 +6,8 @@
 //   from its peers' runs another plan: the call tags then refuse the call
 //   (NOTE [call tags]) although every rank passed the same arguments. So the
 //   decision may rest only on what every rank of an identical call shares:
-//   the Spec (its traits, snac/spec_traits.h), the call's shape (which ranks
-//   pass an input and an output at all: CallShape, fixed by the op), the
+//   the call's description (snac::CallDescription: the Spec's traits and
+//   which ranks pass an input and an output at all, fixed by the op), the
 //   two-shot choice, and whether the rank's tensor is in the pool (by the
 //   pool's contract, tensors of one role are pool tensors at one offset on
 //   every rank). A rank's own aliasing of Input and Output may decide only
@@ -22,27 +22,9 @@
 #pragma once
 
 #include "backend/host/request.h"
-#include "snac/spec.h"
+#include "snac/spec_traits.h"
 
 namespace purlin::backend {
-
-// What an op's API lets each rank pass, alike on every rank (NOTE [symmetric
-// use is rank-invariant]).
-struct CallShape {
-  bool inputs_everywhere = true;   // every rank passes an Input (scatter: the root only)
-  bool outputs_everywhere = true;  // every rank passes an Output (reduce, gather: the root only)
-  // Every rank that passes the pool tensors of one role passes its Input at one
-  // pool offset. Not so for gather: its root may pass its own block of the
-  // Output as Input, which its peers cannot see.
-  bool inputs_at_one_offset = true;
-  // Peers may write a rank's Output while it runs, whichever in-place form the
-  // op lets that rank choose: a rank's Input, where it is inside its Output,
-  // lies where only the rank itself writes (all_gather's own slot; broadcast's
-  // buffer, which peers write only on non-roots, whose Input nobody reads).
-  bool outputs_writable_by_peers = false;
-};
-
-CallShape call_shape(const Request& rq);
 
 struct SymmetricUse {
   bool read_peer_inputs = false;    // NOTE [zero-copy]: peers read this call's Inputs in place
@@ -51,11 +33,11 @@ struct SymmetricUse {
 
 // Whether peers may read the Inputs of `rq` in place (before asking whether
 // they are in the pool): NOTE [zero-copy in place] in symmetric_use.cc.
-bool reads_in_place_allowed(const Request& rq, const snac::Spec& spec, bool two_shot);
+bool reads_in_place_allowed(const Request& rq, const snac::CallDescription& call, bool two_shot);
 
 // The call's use of the pool, given whether this rank's Input / Output are in
 // it. Peer outputs first (pure writers), else zero-copy reads.
-SymmetricUse symmetric_use(const Request& rq, const snac::Spec& spec, bool two_shot, bool input_in_pool,
+SymmetricUse symmetric_use(const Request& rq, const snac::CallDescription& call, bool two_shot, bool input_in_pool,
                            bool output_in_pool);
 
 }  // namespace purlin::backend

@@ -46,31 +46,15 @@ namespace detail {
 //   elements, k <= kK of them the op's. Units live in registers: every loop
 //   over a unit runs to the constant kK (unrolled) and tests j < k, and bytes
 //   move between a unit and a 64-bit word by shifts, never by a runtime
-//   index. An array indexed at run time goes to local memory, whose first
-//   touch in a launch is a round trip to L2 or HBM; with the unit's loops
-//   bounded by k, each Copy and Reduce paid several of them in a chain
-//   (benchmarks/results/cuda_h200x2_20261130k_probes.md). For the same reason the kernel makes
-//   no calls: the ops, the line waits and their polls and the timeout
-//   records are inlined (a call's ABI kept a stack and spilled the op loop's
-//   counter; inlining them took all_reduce 1K from 3.66 to 3.47 us on the
-//   probe, with ~3x the code). The narrow line kernel says
-//   __launch_bounds__(1024, 1): a launch never has more blocks than SMs, so
-//   one block per SM is all it needs, and without the 1 ptxas may aim at two
-//   resident blocks per SM, i.e. 32 registers, and spill (2026-12-02: with
-//   the abort check in the line wait, line_kernel<int64, narrow> on sm_90 and
-//   the float and int32 ones on sm_100 got 32 registers and 96-120 B stacks;
-//   sm_100's narrow int64 and double kernels had 72-80 B stacks before it; with
-//   the 1, none has one). The wide kernel keeps (1024) (minimum 0): with the 1,
-//   ptxas gave its bf16, half and double forms an 8 B stack on sm_90.
-//   Code size counts too: every line wait is inlined, so whatever its slow
-//   path adds is copied many times. The abort check shares the timeout's
-//   record (one inlined record_timeout per wait): a record of its own made
-//   line_kernel<bf16, narrow> 21% larger on sm_90 (168 -> 204 KB), the shared
-//   one 2%. Measured on one shared H200 (graph mode, bf16, narrow lines, same
-//   machine before/after): all_reduce 4K-64K took 0.2-0.4 us longer with
-//   either form (64K: 4.4-4.5 -> 4.7-4.9 us), all_gather no longer; whether
-//   the check's code or the launch bound costs it is not isolated
-//   (measured 2026-12-02).
+//   index (an array indexed at run time goes to local memory, a round trip
+//   to L2 or HBM on its first touch). The kernel makes no calls (a call's
+//   ABI keeps a stack and spills the op loop's counter). The narrow line
+//   kernel says __launch_bounds__(1024, 1) (a launch has at most one block
+//   per SM; without the 1 ptxas may aim at two and spill); the wide kernel
+//   keeps (1024). Every line wait is inlined, so its slow path shares the
+//   timeout's record. .ci/check_kernel_stack.py fails a plan or line kernel
+//   that keeps a stack frame on sm_90 beyond its list. Measurements behind
+//   each rule: docs/PERFORMANCE.md, "Register units".
 template <class T>
 constexpr int kUnit = static_cast<int>(kLinePayload / sizeof(T));
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "atom/cuda/device/launch_typed.cuh"
+#include "atom/cuda/interned_names.h"
 
 namespace purlin::atom::cuda {
 

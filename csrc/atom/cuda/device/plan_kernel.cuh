@@ -327,7 +327,7 @@ __device__ __forceinline__ int wait_all_stamped(const uint64_t* flags, int count
   return __syncthreads_or(other) ? kOtherCall : kTimedOut;  // a timeout's record wins (its CAS came first)
 }
 
-// A rank's block-to-block barrier (NOTE [local barriers] in device_plan.h).
+// A rank's block-to-block barrier (NOTE [local barriers] in lowering/device_plan.h).
 __device__ __forceinline__ bool local_sync(const KernelParams& p, const DevOp& op, uint64_t lbase, const WaitSite& site,
                                            int G) {
   __syncthreads();

@@ -1,5 +1,5 @@
 // plan_kernel.h — host entry of the plan kernel: one launch of G blocks runs
-// one rank's SNAC plan (device_plan.h) on its symmetric workspace.
+// one rank's lowered SNAC plan (plan_format.h) on its symmetric workspace.
 //
 // Torch-free; launch_plan() checks its arguments, then launches
 // plan_kernel<T> (plan_kernel.cuh) for the element type. Copies work for any
@@ -11,7 +11,7 @@
 
 #include <cuda_runtime.h>
 
-#include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/device/plan_format.h"
 #include "atom/cuda/signal_pad.h"
 #include "common/types.h"
 

@@ -30,7 +30,7 @@
 
 #include <cstdint>
 
-#include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/device/plan_format.h"
 #include "atom/cuda/device/flagged_line.cuh"
 
 namespace purlin::atom::cuda {

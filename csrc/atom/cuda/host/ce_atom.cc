@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "atom/cuda/host/cuda_check.h"
-#include "snac/executor.h"
 
 namespace purlin::atom::cuda {
 
@@ -21,33 +20,9 @@ const char* const kArrivePhase = "copy-engine arrive: wait for the peer to finis
 const char* const kLeavePhase = "copy-engine leave: wait for the peer to finish reading this rank's workspace";
 
 // "" if `c` is a call this Atom can run; checked before anything is queued.
-std::string check_call(const CeCall& c, int rank, int world, int64_t ws_bytes) {
-  if (!c.plan) return "no plan";
-  const snac::Plan& p = *c.plan;
-  if (p.rank != rank || p.world != world)
-    return "plan of rank " + std::to_string(p.rank) + "/" + std::to_string(p.world) + " given to rank " +
-           std::to_string(rank) + "/" + std::to_string(world);
+std::string check_call(const CeCall& c) {
   if (c.timeout_ns == 0) return "no timeout";
-  const int64_t esize = static_cast<int64_t>(dtype_size(c.dtype));
-  auto ref_ok = [&](const snac::Ref& r, int64_t n) {
-    // A peer's Input only with the peer table (NOTE [copy-engine zero-copy]); never a peer's Output.
-    if (r.buf == snac::Buf::Input) return r.rank == rank || (c.peer_inputs && r.rank >= 0 && r.rank < world);
-    if (r.buf == snac::Buf::Output) return r.rank == rank;
-    return r.rank >= 0 && r.rank < world && r.offset >= 0 && (r.offset + n) * esize <= ws_bytes;
-  };
-  for (const snac::Op& op : p.ops) {
-    if (op.code == snac::OpCode::Reduce) return "the plan reduces; copy engines only copy";
-    if (op.code == snac::OpCode::Copy) {
-      if (op.dst.buf == snac::Buf::Workspace && op.dst.rank != rank)
-        return "a push plan (writes into a peer's workspace); this Atom's waits do not flush remote data writes";
-      bool ok = op.src_count == 1 && ref_ok(op.dst, op.n);
-      for (int k = 0; ok && k < op.src_count; ++k) ok = ref_ok(p.srcs[op.src_begin + k], op.n);
-      if (!ok) return "the plan reads or writes outside this rank's buffers, the workspaces and the peers' inputs";
-    } else if (op.peer < 0 || op.peer >= world || op.peer == rank) {
-      return "the plan waits for or signals rank " + std::to_string(op.peer);
-    }
-  }
-  return "";
+  return c.plan_refusal;
 }
 
 }  // namespace
@@ -86,15 +61,15 @@ std::string CopyEngineAtom::refusal(cudaStream_t stream) const {
   return "";
 }
 
-std::string CopyEngineAtom::enqueue(const CeCall& c) {
+std::string CopyEngineAtom::enqueue(const CeCall& c, const std::function<void(uint64_t step_base)>& run_plan) {
   const std::string prefix = std::string("purlin ") + c.op_name + " on rank " + std::to_string(rank()) + ": ";
   if (!broken_.empty()) return broken_;
   std::string why = refusal(c.stream);
   if (why.empty() && (watchdog_->fired() || ws_->error_host()->status != 0))
     why = "the group is unusable after a timeout";
-  if (why.empty()) why = check_call(c, rank(), world(), ws_->workspace_bytes());
+  if (why.empty()) why = check_call(c);
   if (!why.empty()) return prefix + "copy-engine path: " + why;
-  if (c.plan->rounds == 0) return "";  // nothing moves on any rank (the Spec decides)
+  if (!c.moves) return "";  // nothing moves on any rank (the Spec decides)
 
   DeviceScope scope(ws_->device());
   stream_ = c.stream;
@@ -106,19 +81,12 @@ std::string CopyEngineAtom::enqueue(const CeCall& c) {
   const uint64_t n = collectives_ + 1;
   try {
     barrier(kCeArrive, n, kArrivePhase);
-    snac::ExecArgs a;
-    a.input = c.input;
-    a.output = c.output;
-    a.peer_inputs = c.peer_inputs;
-    a.dtype = c.dtype;
-    a.step_base = epoch_;
-    a.site = WaitSite{c.op_name, "", n};
     base_ = epoch_;
-    snac::execute(*c.plan, *this, a);
+    run_plan(epoch_);  // the plan's copies, signals and waits, through this Atom
     base_ = 0;
     barrier(kCeLeave, n, kLeavePhase);
     collectives_ = n;
-    epoch_ += c.plan->steps;
+    epoch_ += c.steps;
     watchdog_->watch(stream_, std::move(watch_));
   } catch (const std::exception& e) {
     broken_ = prefix + "copy-engine path failed while enqueuing; the group is unusable: " + e.what();

@@ -1,8 +1,10 @@
 // ce_atom.h — the copy-engine Atom: a HostAtom (atom/atom.h) whose copy,
 // signal and wait are ENQUEUED on a CUDA stream — cudaMemcpyAsync and stream
-// memory operations (stream_memops.h) — so the unchanged snac::execute()
-// runs a pure-copy SNAC plan on the GPUs' copy engines, with no kernel and no
-// SM. Same plans as the plan kernel, another Atom.
+// memory operations (stream_memops.h) — so the CUDA engine runs a pure-copy
+// SNAC plan on the GPUs' copy engines with the unchanged snac::execute(), as
+// the CPU engine runs the CPU Atom: no kernel and no SM. Same plans as the
+// plan kernel, another Atom. The engine checks that a plan suits this Atom
+// (lowering/copy_engine_plan.h) and passes the verdict with the call.
 //
 //   copy      cudaMemcpyAsync device-to-device (a peer's workspace is its
 //             CUDA-IPC mapping; unified addressing resolves it)
@@ -24,7 +26,7 @@
 // NOTE [copy-engine barriers] One copy-engine collective on `stream` is
 //     Arrive(n)  write ce_flag(Arrive, me) = n at every peer, wait until
 //                every peer's ce_flag(Arrive, peer) here >= n
-//     plan       snac::execute(plan) with step_base = the epoch
+//     plan       the engine's snac::execute(plan) with step_base = the epoch
 //     Leave(n)   the same with Leave
 //   The workspace is shared with the plan kernel, whose reuse handshake
 //   (Done, NOTE [device reuse]) uses device epochs this path does not touch.
@@ -51,6 +53,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -61,19 +64,16 @@
 #include "atom/cuda/host/stream_memops.h"
 #include "atom/cuda/host/symmetric_workspace.h"
 #include "common/types.h"
-#include "snac/plan.h"
 
 namespace purlin::atom::cuda {
 
 // One copy-engine collective.
 struct CeCall {
-  const snac::Plan* plan = nullptr;  // this rank's plan: Copy ops only, pulls only
-  void* input = nullptr;             // this rank's flat input / output (device)
-  void* output = nullptr;
-  // Every rank's input as mapped here, for read_peer_inputs plans (NOTE
-  // [copy-engine zero-copy]); nullptr: the plan reads only this rank's.
-  void* const* peer_inputs = nullptr;
-  DType dtype = DType::Float32;
+  // Why the engine's plan does not suit this Atom ("" if it does: copies and
+  // pulls only, NOTE [stream memop ordering]; lowering/copy_engine_plan.h).
+  std::string plan_refusal;
+  bool moves = true;                 // the plan has rounds (false: nothing to do on any rank)
+  uint64_t steps = 0;                // the plan's steps: the epoch advances by them
   const char* op_name = "?";         // static string, e.g. "all_gather_into_tensor"
   uint64_t timeout_ns = 0;           // the group timeout (> 0)
   cudaStream_t stream = nullptr;     // where everything is enqueued
@@ -93,12 +93,14 @@ class CopyEngineAtom final : public HostAtom {
   // (unavailable, or the stream is capturing a CUDA graph). Not an error:
   // the engine runs the plan kernel instead.
   std::string refusal(cudaStream_t stream) const;
-  // Enqueues one collective (NOTE [copy-engine barriers]) and returns "";
-  // the host never waits. Otherwise returns the error; after an error the
-  // group is unusable (a collective may be half enqueued; peers time out).
-  std::string enqueue(const CeCall& call);
+  // Enqueues one collective (NOTE [copy-engine barriers]): Arrive,
+  // run_plan(step_base) — the engine's snac::execute of the plan on this
+  // Atom, which enqueues its copies, signals and waits — and Leave; returns
+  // "". The host never waits. Otherwise returns the error; after an error
+  // the group is unusable (a collective may be half enqueued; peers time out).
+  std::string enqueue(const CeCall& call, const std::function<void(uint64_t step_base)>& run_plan);
 
-  // HostAtom: only valid inside enqueue(), which sets the stream.
+  // HostAtom: only valid inside enqueue()'s run_plan, which has the stream.
   int rank() const override { return ws_->rank(); }
   int world() const override { return ws_->world(); }
   std::byte* workspace(int rank) override;

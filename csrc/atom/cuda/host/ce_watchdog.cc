@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "atom/cuda/host/cuda_check.h"
-#include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/interned_names.h"
 
 namespace purlin::atom::cuda {
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/device/plan_format.h"
 
 namespace purlin::atom::cuda {
 

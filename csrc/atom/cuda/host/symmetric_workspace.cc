@@ -18,7 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "atom/cuda/host/cuda_check.h"
-#include "atom/cuda/host/device_plan.h"
+#include "atom/cuda/device/plan_format.h"
 #include "atom/cuda/host/ipc_peers.h"
 #include "atom/cuda/host/nvlink_probe.h"
 #include "atom/cuda/host/workspace_probe.h"

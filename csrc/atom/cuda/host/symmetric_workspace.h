@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "atom/cuda/protocol/launch_config.h"
-#include "atom/cuda/protocol/protocol_choice.h"
+#include "atom/cuda/protocol/protocol_settings.h"
 #include "atom/cuda/signal_pad.h"
 
 namespace purlin::atom::cuda {

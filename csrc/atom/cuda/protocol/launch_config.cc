@@ -4,7 +4,7 @@
 
 #include "atom/cuda/protocol/launch_config.h"
 
-#include "atom/cuda/host/device_plan.h"  // kWidePayload
+#include "atom/cuda/device/plan_format.h"  // kWidePayload
 #include "atom/cuda/signal_pad.h"
 
 namespace purlin::atom::cuda {

@@ -1,4 +1,4 @@
-"""The implementations torch_purlin.bench times side by side, one column group each.
+"""The implementations purlin_bench times side by side, one column group each.
 
 - a backend name (purlin, nccl, gloo, ...): a process group of its own
   (dist.new_group(backend=NAME)) running the torch.distributed call on the

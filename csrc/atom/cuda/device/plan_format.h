@@ -1,7 +1,7 @@
-// device_plan.h — a SNAC plan lowered for the plan kernel.
-//
-// lower_plan() turns snac::Plan into flat POD ops the kernel interprets, and
-// adds what the CPU executor gets for free from running one thread:
+// plan_format.h — the plan format the plan kernel reads: flat POD ops (a
+// lowered SNAC plan: csrc/lowering/device_plan.h makes it) and how a launch
+// splits an op's elements among its blocks. Shared by the host code that
+// uploads and launches plans and by the kernels; no SNAC header.
 //
 // NOTE [block partition] Every Copy/Reduce op's n elements are split among
 //   the G blocks of the launch: block b takes [b*per, min(n, (b+1)*per)) with
@@ -16,24 +16,13 @@
 //   published by block 0's release.
 //   Wide-line plans split by whole lines instead (wide_part_size(), NOTE
 //   [wide lines]); lower_plan() is told which, for the local barriers.
-// NOTE [local barriers] A rank's own ops can depend on each other across
-//   blocks: an op may read (or overwrite) local memory that an earlier op of
-//   this rank wrote (or read) with a different partition — e.g. round j+2
-//   staging into the slot that round j's consume read with other offsets.
-//   lower_plan() tracks the local ranges (Input, Output, own Workspace) each
-//   op touches since the last barrier and inserts a LocalSync (all G blocks
-//   of this rank meet) before the first op that conflicts with an earlier one
-//   on a different block. Accesses with the same origin and partition are
-//   owned by the same block and need nothing more than the __syncthreads the
-//   kernel runs after every data op.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "atom/cuda/host_device.h"
-#include "snac/plan.h"
+#include "atom/cuda/purlin_hd.h"
 
 namespace purlin::atom::cuda {
 
@@ -106,26 +95,5 @@ struct DevicePlan {
   uint32_t local_syncs = 0;    // LocalSync ops inserted
   int max_srcs = 0;            // largest src_count of a Reduce
 };
-
-// Lowers rank plan.rank's plan for a launch of `blocks` blocks on elements of
-// `esize` bytes; throws std::invalid_argument beyond kMaxBlocks / kMaxWorld.
-// `shift` (IoAlias::Shifted only): Input element i is Output element i + shift.
-// `partition` must be the one the launch's kernel uses (the local barriers
-// depend on it).
-DevicePlan lower_plan(const snac::Plan& plan, int blocks, int64_t esize, IoAlias alias, int64_t shift = 0,
-                      Partition partition = Partition::Parts);
-
-// NOTE [line-carried ops] A line kernel (line_kernel.cuh) carries Stage and
-//   Notify in its flagged lines: a line plan's Wait and Signal ops do
-//   nothing there. Dropping them on the host spares the kernel's op loop a
-//   visit each, ~200 cycles apiece on H200 (the one-shot all_reduce has three
-//   of its five ops so; benchmarks/results/cuda_h200x2_20261130m_probes.md). Only for plans run
-//   by the line kernel: the plan kernel's flags are these ops.
-void drop_line_carried_ops(DevicePlan* plan);
-
-// A small process-wide table of static strings (collective names, SNAC
-// phases) so kernels can name them in error records by number.
-uint16_t intern_name(const char* s);
-const char* interned_name(uint32_t id);
 
 }  // namespace purlin::atom::cuda

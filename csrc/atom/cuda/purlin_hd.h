@@ -1,7 +1,7 @@
-// host_device.h — PURLIN_HD marks functions shared by host code and kernels.
+// purlin_hd.h — PURLIN_HD marks functions shared by host code and kernels.
 //
 // Headers that describe memory both sides agree on (signal_pad.h,
-// device_plan.h) use it, so a g++-compiled translation unit and an
+// device/plan_format.h) use it, so a g++-compiled translation unit and an
 // nvcc-compiled one see the same inline definitions.
 #pragma once
 

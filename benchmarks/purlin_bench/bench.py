@@ -1,16 +1,18 @@
 """Collective benchmark: purlin next to other implementations, in nccl-tests columns.
 
-    python -m torch_purlin.bench                     # spawns its own ranks: GPUs if 2+, else CPU
-    torchrun --nproc-per-node=N -m torch_purlin.bench [--impls purlin,gloo] [--device cpu] ...
+    PYTHONPATH=benchmarks python -m purlin_bench        # spawns its own ranks: GPUs if 2+, else CPU
+    PYTHONPATH=benchmarks torchrun --nproc-per-node=N -m purlin_bench [--impls purlin,gloo] [--device cpu] ...
+
+(from the repository root; `./purlin bench` runs the first.)
 
 Started without torchrun it spawns --nproc ranks itself (default: one per GPU
 when at least two are visible, else 2 to 4 CPU ranks as the cores allow).
 
-Each impl (bench_impls.py) is a process group of its own, or torch's symmetric
+Each impl (impls.py) is a process group of its own, or torch's symmetric
 memory ops; all impls run at the same sizes and iteration counts, in the same
 processes, one after another at each size, so their ratios are fair. Backends
 share one set of buffers; purlin-sym and symm1/symm2 allocate their own
-symmetric buffers. Rank 0 prints the tables (bench_report.py). See
+symmetric buffers. Rank 0 prints the tables (report.py). See
 benchmarks/README.md.
 
 NOTE [bench data]: each check fills the inputs with fresh pseudo-random
@@ -29,11 +31,8 @@ from collections import namedtuple
 import torch
 import torch.distributed as dist
 
-if __package__:
-    from . import bench_impls, bench_report
-else:                   # run by path: works before torch_purlin._C is built
-    import bench_impls
-    import bench_report
+from . import impls as bench_impls
+from . import report as bench_report
 
 ROOT = 0
 SENTINEL = 127          # |any correct result| <= 4 * 31
@@ -586,8 +585,7 @@ def main(argv=None):
     impls = make_impls(args, rank, n)
     if args.warm_up_s > 0:
         warm_up_cell(impls, args, n, rank)
-    spec = sys.modules["__main__"].__spec__    # None when run by path
-    out = bench_report.Printer(rank == 0, args, impls, n, spec.name if spec else sys.argv[0])
+    out = bench_report.Printer(rank == 0, args, impls, n)
     sizes = [args.min_bytes]
     while sizes[-1] * args.step_factor <= args.max_bytes:
         sizes.append(sizes[-1] * args.step_factor)
@@ -626,5 +624,3 @@ def main(argv=None):
     dist.destroy_process_group()
 
 
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""Output of torch_purlin.bench on rank 0: header, nccl-tests tables, protocol
+"""Output of purlin_bench on rank 0: header, nccl-tests tables, protocol
 and headline summaries, JSON, PNGs.
 
 The text is markdown with each table in a code fence, so stdout can be saved
@@ -216,7 +216,7 @@ def versions(args):
 class Printer:
     """Prints the header at once and each table when done; silent off rank 0."""
 
-    def __init__(self, enabled, args, impls, world, module):
+    def __init__(self, enabled, args, impls, world):
         self.enabled, self.seen, self.args = enabled, set(), args
         self.t0 = getattr(args, "t0", time.perf_counter())     # from argument parsing on
         self.md = None
@@ -225,7 +225,6 @@ class Printer:
             self.md = open(args.md, "w")
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         nodes = f"--nnodes={world // local} " if world != local else ""
-        prog = module if module.endswith(".py") else f"-m {module}"
         device = (f"cuda ({torch.cuda.get_device_name()})" if args.device.type == "cuda"
                   else f"cpu ({platform.machine()}, {os.cpu_count()} cores)")
         purlin = sys.modules.get("torch_purlin")
@@ -233,7 +232,8 @@ class Printer:
         kinds = {i.kind for i in impls}
         env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
         self.meta = m = dict(
-            command=f"torchrun {nodes}--nproc-per-node={local} {prog} {shlex.join(sys.argv[1:])}",
+            command=f"PYTHONPATH=benchmarks torchrun {nodes}--nproc-per-node={local} -m purlin_bench "
+                    f"{shlex.join(sys.argv[1:])}",
             date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
             host=socket.gethostname(), torch=torch.__version__, world_size=world, device=device,
             versions=versions(args),
