@@ -82,6 +82,15 @@ def test_protocol_choice_golden(tmp_path):
                     f"test/cpp/golden/protocol_choice.txt if meant):\n" + "\n".join(diff[:80]))
 
 
+def test_custom_specs_get_the_builtin_protocol(tmp_path):
+    """NOTE [custom Specs share the built-ins' protocols]: a built-in's Spec run as a custom Spec (run_spec) gets
+    the built-in's CPU and CUDA choices wherever the two calls' descriptions agree (all_reduce and all_to_all
+    shapes at least), at every size class, worlds 2-8, plain and pool buffers."""
+    exe = build(tmp_path, "test_custom_protocol", SNAC + CHOICE)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and " 0 failed" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
 def test_plan_protocol_emulation(emulator):
     r = subprocess.run([str(emulator), "100"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and " 0 failed" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
