@@ -3,7 +3,7 @@
 # `pip install --no-build-isolation -e .` (torch must already be installed:
 # the extension links against that torch). Sources are picked by folder, one
 # folder per concern (docs/DESIGN.md, "Layout"): always csrc/common, snac,
-# atom, atom/cpu and backend/{c10d,host,fallback}; the CUDA datapath
+# atom, atom/cpu and backend/{c10d,group,cpu,machines,fallback}; the CUDA datapath
 # (lowering/*.cc, atom/cuda/*.cc, atom/cuda/{host,protocol}/*.cc,
 # atom/cuda/device/*.cu, backend/cuda/*.cc, built with -DPURLIN_WITH_CUDA) when torch has CUDA and nvcc is found.
 # PURLIN_CUDA_ARCHS="90" builds one architecture (quick device builds).
@@ -43,8 +43,8 @@ def cuda_arch_flags():
 # No -std here: torch adds the standard its headers need (C++17 up to 2.13,
 # C++20 from 2.14); the torch-free sources compile as either.
 cxx_flags = ["-O3", "-fvisibility=hidden"]
-srcs = sources("common/*.cc", "snac/*.cc", "atom/*.cc", "atom/cpu/*.cc", "backend/c10d/*.cc", "backend/host/*.cc",
-               "backend/fallback/*.cc")
+srcs = sources("common/*.cc", "snac/*.cc", "atom/*.cc", "atom/cpu/*.cc", "backend/c10d/*.cc", "backend/group/*.cc",
+               "backend/cpu/*.cc", "backend/machines/*.cc", "backend/fallback/*.cc")
 # The CUDA datapath: the lowering of SNAC plans for the CUDA Atom (device form, protocol choice), the Atom's
 # host code, settings and launch tables, its kernels, and the backend's CUDA engine.
 cuda_srcs = sources("lowering/*.cc", "atom/cuda/*.cc", "atom/cuda/host/*.cc", "atom/cuda/protocol/*.cc",

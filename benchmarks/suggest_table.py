@@ -4,7 +4,7 @@
         --impls purlin,nccl -b 1K -e 1G -f 2 --mode both --json native.json
     python benchmarks/suggest_table.py native.json [more.json ...] [--modes graph,eager] [--margin 1.0]
 
-For each family of the table (NOTE [protocol table] in csrc/backend/host/protocol_table.h) it
+For each family of the table (NOTE [protocol table] in csrc/backend/group/protocol_table.h) it
 finds the sizes where NCCL was faster than purlin, time(nccl) / time(purlin) below
 --margin, in any mode and placement asked for; the row starts above the largest size where
 purlin was not slower (the next power of two), so that no measured size gets slower and the

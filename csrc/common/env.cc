@@ -63,7 +63,7 @@ const std::vector<Var>& registry() {
       {"TORCH_PURLIN_CUDA_TWO_SHOT_BYTES", "8M,@2=4G", A::Tuning, X::Equal, K::BytesList,
        "CUDA all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a "
        "byte count, optionally followed by @W=bytes items for groups of W ranks (NOTE [protocol table] in "
-       "csrc/backend/host/protocol_table.h). Default: from 8M, at W = 2 from 4G (in effect never): there one-shot "
+       "csrc/backend/group/protocol_table.h). Default: from 8M, at W = 2 from 4G (in effect never): there one-shot "
        "sends the same link bytes as two-shot and, pushed, measured faster at 64M-1G on 2x H200 (64M 235 us vs "
        "266 two-shot). Equal on every rank."},
       {"TORCH_PURLIN_CUDA_LINE_BYTES", "1M", A::Tuning, X::Combined, K::Bytes,
@@ -113,7 +113,7 @@ const std::vector<Var>& registry() {
        "error, never wrong data. Ranks may differ: local only if every rank asks (else logged once)."},
       {"TORCH_PURLIN_CUDA_NCCL_FROM", "all_reduce=32M,all_reduce@2=256M,all_to_all=1G,broadcast=64M", A::Tuning,
        X::Equal, K::BytesList,
-       "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/host/protocol_table.h): "
+       "The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/group/protocol_table.h): "
        "family=bytes items (family@W=bytes: a row for groups of W ranks only, replacing the family's row there); a "
        "CUDA collective of that family (all_reduce also names all_reduce_coalesced, all_gather names "
        "all_gather_into_tensor, ...) whose larger side (all inputs or all outputs of the rank) holds at least "

@@ -5,7 +5,7 @@
 //
 // NOTE [protocol choice] The backend hands the Atom a Spec and what it
 //   decided about the call (two-shot by its threshold, the symmetric-memory
-//   use of backend/host/symmetric_use.h, this rank's aliasing); the lowering
+//   use of backend/group/symmetric_use.h, this rank's aliasing); the lowering
 //   picks everything that depends on the Atom's hardware here, from the
 //   group's agreed settings and the architecture's table
 //   (atom/cuda/protocol/protocol_settings.h, launch_config_<arch>.cc). Every choice that changes what a peer

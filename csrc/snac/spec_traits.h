@@ -46,7 +46,7 @@ struct SpecTraits {
 SpecTraits spec_traits(const Spec& spec);
 
 // What the layers below the Spec ask about one call (NOTE [symmetric use is
-// rank-invariant] in backend/host/symmetric_use.h): the Spec's traits and
+// rank-invariant] in backend/group/symmetric_use.h): the Spec's traits and
 // who passes which tensor, alike on every rank. describe() gives a Spec's
 // own (every rank passes an Input and an Output, no in-place form known);
 // the backend's Spec builder states a built-in collective's API.

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/group/protocol_table.h"
+#include "backend/group/request.h"
+#include "backend/group/symmetric_use.h"
 #include "lowering/protocol_choice.h"
-#include "backend/host/protocol_table.h"
-#include "backend/host/request.h"
-#include "backend/host/symmetric_use.h"
 
 namespace purlin::test {
 

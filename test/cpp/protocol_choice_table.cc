@@ -18,13 +18,13 @@
 //   (`./protocol_choice_table > test/cpp/golden/protocol_choice.txt`) and
 //   the diff shows every decision it changed.
 //
-// Build: as test_plan_symmetry.cc, plus csrc/backend/host/protocol_table.cc and csrc/common/env.cc.
+// Build: as test_plan_symmetry.cc, plus csrc/backend/group/protocol_table.cc and csrc/common/env.cc.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "atom/cuda/protocol/launch_config.h"
-#include "backend/host/protocol_table.h"
+#include "backend/group/protocol_table.h"
 #include "builtin_calls.h"
 #include "common/env.h"
 #include "snac/plan.h"
@@ -131,7 +131,7 @@ void row(const Row& c, int W, const cu::ProtocolSettings& s, int64_t cpu_two_sho
   std::printf("%s%s W=%d bytes=%lld %s %s%s [%s]", op_name(c.op), c.uneven ? "-uneven" : "", W,
               static_cast<long long>(c.n * es), c.pool ? "pool" : "plain",
               c.form == Form::InPlace ? "in-place" : "out-of-place", root.c_str(), description(call).c_str());
-  // The CPU engine (HostEngine::plan_for): two-shot by its threshold, direct local reads per rank.
+  // The CPU engine (CpuEngine::plan_for): two-shot by its threshold, direct local reads per rank.
   std::vector<bool> direct(W);
   for (int r = 0; r < W; ++r) direct[r] = direct_local_reads(calls[r].rq, describe_call(calls[r].rq, spec), r);
   if (!c.pool) {

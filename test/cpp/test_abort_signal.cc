@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "atom/cuda/signal_pad.h"
-#include "backend/host/abort_signal.h"
+#include "backend/group/abort_signal.h"
 #include "expect.h"
 
 namespace cu = purlin::atom::cuda;

@@ -1,7 +1,7 @@
 """Native tests of the CPU shared-memory Atom (csrc/atom/cpu), no torch extension needed.
 
 Builds the standalone C++ test programs with g++ and runs them (test_shm_capacity adds the
-shared-memory group and its /dev/shm sizing, csrc/backend/host/shm_{group,capacity}.cc), and checks the
+shared-memory group and its /dev/shm sizing, csrc/backend/group/shm_{group,capacity}.cc), and checks the
 float16 / bfloat16 conversions of csrc/atom/cpu/half_convert.h bit-exactly
 against torch's own `.to(torch.float16 / torch.bfloat16)`.
 """
@@ -40,8 +40,8 @@ def programs(tmp_path_factory):
         # Baseline ISA only: the kernels the runtime dispatch picks on CPUs without AVX2.
         "test_reduce_cpu_baseline": (reduce_test, ["-DPURLIN_CPU_NO_CLONES"]),
         "half_convert_tool": ([ROOT / "test/cpp/half_convert_tool.cc"], []),
-        "test_shm_capacity": ([*ATOM_SOURCES, ROOT / "csrc/backend/host/shm_group.cc",
-                               ROOT / "csrc/backend/host/shm_capacity.cc", ROOT / "test/cpp/test_shm_capacity.cc"],
+        "test_shm_capacity": ([*ATOM_SOURCES, ROOT / "csrc/backend/group/shm_group.cc",
+                               ROOT / "csrc/backend/group/shm_capacity.cc", ROOT / "test/cpp/test_shm_capacity.cc"],
                               ["-I", str(ROOT / "test/cpp")]),
     })
 

@@ -302,6 +302,14 @@ void refused(int r, Barrier&) {
   const std::string name1 = CpuAtom::segment_name(g_prefix, 1);
   CpuAtom a(g_prefix, 0, 2, 4096, 64, 100ms);
   const size_t total = a.layout().total;
+  auto peer_mapped = [&] {  // rank 1's segment is mapped here (an unattached peer's area throws)
+    try {
+      a.owner_area(1);
+      return true;
+    } catch (const std::logic_error&) {
+      return false;
+    }
+  };
   auto plant = [&](mode_t mode, size_t bytes, uid_t owner) {
     const int fd = shm_open(name1.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     require(fd >= 0, "plant: shm_open");
@@ -318,13 +326,7 @@ void refused(int r, Barrier&) {
     }
     for (const std::string& n : needles)
       require(m.find(n) != std::string::npos, std::string(what) + ": refusal '" + m + "' lacks '" + n + "'");
-    bool attached = true;  // the peer's workspace is reachable only once attach_peers() succeeded
-    try {
-      a.workspace(1);
-    } catch (const std::logic_error&) {
-      attached = false;
-    }
-    require(!attached, std::string(what) + ": nothing attached");
+    require(!peer_mapped(), std::string(what) + ": nothing attached");
     shm_unlink(name1.c_str());
   };
   const std::string me = std::to_string(geteuid()), want = std::to_string(total) + " bytes";
@@ -341,7 +343,7 @@ void refused(int r, Barrier&) {
   }
   CpuAtom b(g_prefix, 1, 2, 4096, 64, 100ms);
   a.attach_peers();
-  require(a.workspace(1) != nullptr, "the genuine segment is accepted");
+  require(peer_mapped(), "the genuine segment is accepted");
 }
 
 // NOTE [reserved segments]: in a private mount namespace with a 1 MiB tmpfs on

@@ -19,7 +19,7 @@ SNAC = ["csrc/snac/planner.cc", "csrc/snac/matched_waits.cc", "csrc/snac/spec.cc
         "csrc/snac/collectives.cc", "csrc/common/types.cc"]
 # The CUDA protocol choice as the product makes it (NOTE [protocol choice]): the lowering, the Atom's settings
 # and launch tables, and the backend's torch-free request and symmetric-use rules.
-CHOICE = ["csrc/backend/host/request.cc", "csrc/backend/host/symmetric_use.cc", "csrc/backend/host/protocol_table.cc",
+CHOICE = ["csrc/backend/group/request.cc", "csrc/backend/group/symmetric_use.cc", "csrc/backend/group/protocol_table.cc",
           "csrc/common/env.cc", "csrc/lowering/device_plan.cc",
           "csrc/lowering/protocol_choice.cc", "csrc/atom/cuda/interned_names.cc",
           "csrc/atom/cuda/protocol/protocol_settings.cc", "csrc/atom/cuda/protocol/launch_config.cc",

@@ -24,9 +24,9 @@
 #include <thread>
 #include <vector>
 
-#include "backend/host/group_health.h"
-#include "backend/host/peer_liveness.h"
-#include "backend/host/plan_cache.h"
+#include "backend/group/group_health.h"
+#include "backend/group/peer_liveness.h"
+#include "backend/group/plan_cache.h"
 #include "expect.h"
 
 using namespace purlin::backend;

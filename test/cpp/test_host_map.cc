@@ -1,4 +1,4 @@
-// test_host_map.cc — the host map (NOTE [host map] in backend/host/host_map.h):
+// test_host_map.cc — the host map (NOTE [host map] in backend/machines/host_map.h):
 // the partition every rank derives from the probes and the opens, its hints and
 // description, the probe's encoding, and the whole exchange between threads of
 // one process (one host; nothing left in /dev/shm, also when a rank never
@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "backend/host/host_map.h"
+#include "backend/machines/host_map.h"
 #include "expect.h"
 
 namespace purlin::backend {

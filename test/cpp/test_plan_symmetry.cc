@@ -1,7 +1,7 @@
 // test_plan_symmetry.cc — every rank of an identical call derives the same
 // CUDA call signature, and the plans they derive run correctly together.
 //
-// NOTE [symmetric use is rank-invariant] (backend/host/symmetric_use.h) and
+// NOTE [symmetric use is rank-invariant] (backend/group/symmetric_use.h) and
 // NOTE [protocol choice] (lowering/protocol_choice.h): a GPU
 // collective has no host handshake, so each rank chooses its plan alone; two
 // ranks that choose differently for the same call meet a call-tag error (or a
@@ -22,7 +22,7 @@
 //
 // Requests and choices: builtin_calls.h.
 // Build: g++ -std=c++17 -O2 -Icsrc csrc/snac/{planner,matched_waits,spec,spec_traits,collectives}.cc
-//        csrc/common/types.cc csrc/backend/host/{request,symmetric_use}.cc
+//        csrc/common/types.cc csrc/backend/group/{request,symmetric_use}.cc
 //        csrc/lowering/*.cc csrc/atom/cuda/interned_names.cc csrc/atom/cuda/protocol/*.cc this.cc
 // Run:   ./a.out [max world, 8]
 #include <algorithm>

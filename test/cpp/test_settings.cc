@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "backend/host/group_context.h"
-#include "backend/host/setup_agreement.h"
+#include "backend/group/group_context.h"
+#include "backend/group/setup_agreement.h"
 #include "common/env.h"
 #include "expect.h"
 

@@ -1,7 +1,7 @@
 // test_shm_capacity.cc — /dev/shm as a fact of a group's setup: the CPU
 // workspace the group picks for the /dev/shm it finds (NOTE [shm capacity] in
-// backend/host/shm_capacity.h) and the remedy it names; make_shm_group
-// (backend/host/shm_group.h) between threads of one process: rank 0's
+// backend/group/shm_capacity.h) and the remedy it names; make_shm_group
+// (backend/group/shm_group.h) between threads of one process: rank 0's
 // workspace size reaches every rank; a rank that cannot create its segment,
 // or find a peer's, is known to all at once (not at the store's timeout),
 // naming why (a peer's segment not found: the ranks do not share /dev/shm);
@@ -23,8 +23,8 @@
 #include <thread>
 
 #include "atom/cpu/cpu_atom.h"
-#include "backend/host/shm_capacity.h"
-#include "backend/host/shm_group.h"
+#include "backend/group/shm_capacity.h"
+#include "backend/group/shm_group.h"
 #include "expect.h"
 
 using namespace purlin::backend;

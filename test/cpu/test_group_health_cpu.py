@@ -1,5 +1,5 @@
 """A broken group is broken on every rank at once, and a dead peer is noticed in about a second, on CPU
-tensors (NOTE [group health], csrc/backend/host/group_health.h).
+tensors (NOTE [group health], csrc/backend/group/group_health.h).
 
 - A rank whose wait times out (its own, tiny, timeout), or that aborts the group, or shuts it down:
   every peer's pending collective raises within NOTICE_S naming that rank (pid) and its reason, and
@@ -45,7 +45,7 @@ def test_group_health_host_pieces(tmp_path):
     if not shutil.which("g++"):
         pytest.skip("g++ is required")
     exe = tmp_path / "test_group_health"
-    srcs = [ROOT / "csrc/backend/host" / f for f in ("group_health.cc", "health_watcher.cc", "peer_liveness.cc")]
+    srcs = [ROOT / "csrc/backend/group" / f for f in ("group_health.cc", "health_watcher.cc", "peer_liveness.cc")]
     cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), *map(str, srcs),
            str(ROOT / "test/cpp/test_group_health.cc"), "-pthread", "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -163,8 +163,8 @@ def test_settings_registry_and_agreement_unit(tmp_path):
         raise unittest.SkipTest("g++ is required")
     root = pathlib.Path(__file__).resolve().parents[2]
     exe = tmp_path / "test_settings"
-    srcs = ["csrc/common/env.cc", "csrc/backend/host/setup_agreement.cc",
-            "csrc/backend/host/shm_group.cc", "csrc/backend/host/shm_capacity.cc",
+    srcs = ["csrc/common/env.cc", "csrc/backend/group/setup_agreement.cc",
+            "csrc/backend/group/shm_group.cc", "csrc/backend/group/shm_capacity.cc",
             "csrc/atom/cpu/cpu_atom.cc", "csrc/atom/cpu/shm_segment.cc",
             "csrc/atom/cpu/reduce_cpu.cc", "csrc/atom/atom.cc", "csrc/common/types.cc", "test/cpp/test_settings.cc"]
     cmd = ["g++", "-O1", "-std=c++17", "-Wall", "-pthread", "-I", str(root / "csrc"),

@@ -5,7 +5,7 @@ size on /dev/shm). Needs root for the namespace; skips with the reason elsewhere
 Before NOTE [reserved segments] (csrc/atom/cpu/shm_segment.h) the segments were only ftruncate'd,
 so tmpfs reserved nothing and a rank died of SIGBUS when it first touched a page /dev/shm could not
 hold: `all_reduce(torch.ones(4 << 20))` killed every rank of 4 on 64 MB, and of 2 on 40 MB. Now
-(NOTE [shm capacity], csrc/backend/host/shm_capacity.h), for worlds 2, 4 and 8 on 40, 64 and
+(NOTE [shm capacity], csrc/backend/group/shm_capacity.h), for worlds 2, 4 and 8 on 40, 64 and
 8 MB, every rank either gets every collective right or raises a clear error:
 
 - the default workspace shrinks to what /dev/shm holds, rank 0 logs the choice once, and every

@@ -1,4 +1,4 @@
-"""CUDA tensors of a group that spans hosts run on NCCL (NOTE [host map] in csrc/backend/host/host_map.h),
+"""CUDA tensors of a group that spans hosts run on NCCL (NOTE [host map] in csrc/backend/machines/host_map.h),
 on simulated hosts (test/support/sim_hosts.py: rank processes in their own mount and UTS namespaces, a private
 /dev/shm and hostname each; root needed). NCCL, which tells hosts apart by hostname and boot id, then
 connects the ranks over sockets on 127.0.0.1, as it would across nodes. Checked against CPU references

@@ -5,7 +5,7 @@ at once, and a kernel's or copy-engine stream's wait within a millisecond (NOTE 
 fallback a group made is shut down with it (ProcessGroupNCCL otherwise warns
 that destroy_process_group() "was not called"). A group that breaks on one rank is broken on every rank
 within seconds, and a peer killed while the others' kernels wait for it is named by them within seconds
-(NOTE [group health], csrc/backend/host/group_health.h). Skips cleanly without the GPUs.
+(NOTE [group health], csrc/backend/group/group_health.h). Skips cleanly without the GPUs.
 """
 import os
 import re

@@ -1,4 +1,4 @@
-"""The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/host/protocol_table.h):
+"""The protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/group/protocol_table.h):
 parsing and family matching. Routing itself runs on the GPU (test_gpu_collectives.py,
 family protocol_table)."""
 import os

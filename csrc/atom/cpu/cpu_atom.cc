@@ -187,7 +187,7 @@ void CpuAtom::throw_timeout(int peer, FlagKind kind, uint64_t have, uint64_t wan
   std::ostringstream m;
   m << "purlin " << site.op << " (seq " << site.seq << ") on rank " << rank_ << ": ";
   const std::string why = aborted && abort_reason_ ? abort_reason_() : std::string();
-  if (!why.empty()) {  // the group broke (NOTE [group health] in backend/host/group_health.h)
+  if (!why.empty()) {  // the group broke (NOTE [group health] in backend/group/group_health.h)
     m << "the group is unusable: " << why << " (this rank was in phase '" << site.phase << "' waiting for rank "
       << peer << ": its " << flag_kind_name(kind) << " flag is " << have << ", needed >= " << want << ")";
     throw AbortedError(m.str());

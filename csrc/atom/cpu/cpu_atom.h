@@ -24,7 +24,7 @@
 //                     default): the Atom never reads or writes it; its owner
 //                     keeps there what every rank must see of every other
 //                     (the backend: the group's health record, NOTE [group
-//                     health] in backend/host/group_health.h)
+//                     health] in backend/group/group_health.h)
 //   ws_off            the workspace, 4096-byte aligned, workspace_bytes long
 // A fresh segment is all zeros (ftruncate), so every flag starts at 0; its
 // pages are reserved when it is made (NOTE [reserved segments] in

@@ -116,7 +116,7 @@ PURLIN_HD bool abort_look_due(uint64_t waited) {
 // (host-mapped memory, so the host reads it without a CUDA call). `status`
 // is written last.
 // NOTE [device abort] `abort_requested` is the one word the host writes: the
-// group's abort() sets it (backend/host/abort_signal.h) with a plain store, no CUDA
+// group's abort() sets it (backend/group/abort_signal.h) with a plain store, no CUDA
 // call, so it works while the process is stuck in CUDA calls on other
 // threads. Every device wait reads it (a volatile load over PCIe) on its slow
 // path (abort_look_due, kAbortLookSpins: about once a millisecond),

@@ -9,8 +9,8 @@
 #include <optional>
 
 #include "backend/c10d/gil_released_holder.h"
-#include "backend/host/protocol_table.h"
 #include "backend/c10d/purlin_backend.h"
+#include "backend/group/protocol_table.h"
 #include "common/env.h"
 #include "snac/collectives.h"
 #include "snac/plan.h"

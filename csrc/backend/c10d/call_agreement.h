@@ -3,7 +3,7 @@
 //
 // NOTE [call agreement]
 // On one host a rank's bad argument is known to every rank within one
-// exchange of the host engine; across hosts nothing is shared but the engine
+// exchange of the group channel; across hosts nothing is shared but the engine
 // (gloo), which has no such exchange: a rank that passes a different size
 // leaves its peers waiting out the timeout inside a transfer, and the group is
 // out of step afterwards. So every collective of a group that spans hosts

@@ -1,5 +1,5 @@
 // group_hosts.h — a purlin group's hosts (NOTE [host map] in
-// backend/host/host_map.h) and what runs when they are more than one: every
+// backend/machines/host_map.h) and what runs when they are more than one: every
 // collective agreed across the group first (NOTE [call agreement]), then run
 // flat (the engine moving bytes among all ranks, purlin reducing) or
 // hierarchically (NOTE [hierarchical collectives] in hierarchical.cc) on two
@@ -13,7 +13,7 @@
 // need it), not at construction, because:
 // - PurlinBackend::split() must talk to nobody (NOTE [split groups]), and
 //   new_group()/DeviceMesh make groups that may never run a collective;
-// - a group sets itself up lazily anyway (HostEngine::ensure_atom, NOTE [setup
+// - a group sets itself up lazily anyway (CpuEngine::ensure_atom, NOTE [setup
 //   agreement]; the CUDA workspace): the first collective is the one point every
 //   rank is known to reach in the same order, with the group's timeout.
 // It comes before any native-or-fallback decision, so every op's decision is
@@ -38,10 +38,10 @@
 
 #include "backend/c10d/call_agreement.h"
 #include "backend/fallback/fallback.h"
-#include "backend/host/group_context.h"
-#include "backend/host/host_map.h"
-#include "backend/host/protocol_table.h"
-#include "backend/host/request.h"
+#include "backend/group/group_context.h"
+#include "backend/group/protocol_table.h"
+#include "backend/group/request.h"
+#include "backend/machines/host_map.h"
 
 namespace purlin::backend {
 

@@ -47,9 +47,9 @@
 #include <exception>
 
 #include "backend/c10d/group_hosts.h"
-#include "backend/cuda/cuda_engine.h"
-#include "backend/host/host_engine.h"
 #include "backend/c10d/purlin_backend.h"
+#include "backend/cpu/cpu_engine.h"
+#include "backend/cuda/cuda_engine.h"
 
 namespace purlin::backend {
 
@@ -69,7 +69,7 @@ void PurlinBackend::shutdown() {
     if (!err) err = std::current_exception();
   }
   if (first) {  // not after abort(): an aborted op may still be inside an engine
-    host_.reset();
+    cpu_.reset();
     cuda_.reset();  // PURLIN-CUDA hook: waits for this rank's last native stream
   }
   if (err) std::rethrow_exception(err);

@@ -9,11 +9,11 @@
 #include "backend/c10d/coalesced_work.h"
 #include "backend/c10d/completed_work.h"
 #include "backend/c10d/group_hosts.h"
-#include "backend/cuda/cuda_engine.h"
-#include "backend/host/host_engine.h"
-#include "backend/host/setup_agreement.h"
 #include "backend/c10d/store_rendezvous.h"
 #include "backend/c10d/tensor_args.h"
+#include "backend/cpu/cpu_engine.h"
+#include "backend/cuda/cuda_engine.h"
+#include "backend/group/setup_agreement.h"
 
 namespace purlin::backend {
 
@@ -45,17 +45,17 @@ PurlinBackend::~PurlinBackend() = default;
 
 void PurlinBackend::setTimeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
-  if (host_) host_->set_timeout(timeout);
+  if (cpu_) cpu_->set_timeout(timeout);
   hosts_->set_timeout(timeout);
   if (cuda_) cuda_->set_timeout(timeout);  // PURLIN-CUDA hook
 }
 
-HostEngine& PurlinBackend::host() {
-  if (!host_) {
-    host_ = std::make_unique<HostEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_), &health_,
+CpuEngine& PurlinBackend::cpu() {
+  if (!cpu_) {
+    cpu_ = std::make_unique<CpuEngine>(getRank(), getSize(), timeout_, store_rendezvous(store_, timeout_), &health_,
                                            ctx_);
   }
-  return *host_;
+  return *cpu_;
 }
 
 // PURLIN-CUDA hook
@@ -84,8 +84,8 @@ std::tuple<std::string, int, int, bool> PurlinBackend::last_launch() const {
 
 std::map<std::string, std::map<std::string, int64_t>> PurlinBackend::protocol_counts() const { return cuda().protocol_counts(); }
 
-CudaPath& PurlinBackend::cuda() const {
-  if (!cuda_) cuda_ = std::make_unique<CudaPath>(getRank(), getSize(), timeout_, store_, &health_, ctx_);
+CudaEngine& PurlinBackend::cuda() const {
+  if (!cuda_) cuda_ = std::make_unique<CudaEngine>(getRank(), getSize(), timeout_, store_, &health_, ctx_);
   return *cuda_;
 }
 
@@ -200,7 +200,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_native(Request& rq, const std:
         fallback_.count_native(rq.name);
         return coalesced(work);
       }
-      host().run(rq);
+      cpu().run(rq);
       fallback_.count_native(rq.name);
     } catch (const c10::Error&) {
       fallback_.count_native(rq.name);

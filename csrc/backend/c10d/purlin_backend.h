@@ -18,14 +18,14 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "backend/fallback/fallback.h"
-#include "backend/host/group_health.h"
-#include "backend/host/group_context.h"
-#include "backend/host/request.h"
+#include "backend/group/group_context.h"
+#include "backend/group/group_health.h"
+#include "backend/group/request.h"
 
 namespace purlin::backend {
 
-class HostEngine;
-class CudaPath;  // PURLIN-CUDA hook (cuda_engine.h)
+class CpuEngine;
+class CudaEngine;  // PURLIN-CUDA hook (cuda_engine.h)
 class GroupHosts;  // NOTE [host map] (group_hosts.h)
 
 class PurlinBackend : public c10d::Backend {
@@ -176,8 +176,8 @@ class PurlinBackend : public c10d::Backend {
   // set_io + run_native + copy the flat output back into `outs`.
   c10::intrusive_ptr<c10d::Work> run_flat(Request& rq, const at::Tensor& in, const at::Tensor& out,
                                           std::vector<at::Tensor>& outs);
-  HostEngine& host();
-  CudaPath& cuda() const;  // PURLIN-CUDA hook: created on the first CUDA tensor
+  CpuEngine& cpu();
+  CudaEngine& cuda() const;  // PURLIN-CUDA hook: created on the first CUDA tensor
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
@@ -196,8 +196,8 @@ class PurlinBackend : public c10d::Backend {
   uint64_t splits_ = 0;
   c10::intrusive_ptr<c10d::Store> last_split_store_;
   c10::weak_intrusive_ptr<c10d::Backend> last_split_{c10::intrusive_ptr<c10d::Backend>()};
-  std::unique_ptr<HostEngine> host_;
-  mutable std::unique_ptr<CudaPath> cuda_;  // PURLIN-CUDA hook
+  std::unique_ptr<CpuEngine> cpu_;
+  mutable std::unique_ptr<CudaEngine> cuda_;  // PURLIN-CUDA hook
   uint64_t seq_ = 0;
   // NOTE [coalescing]: between startCoalescing() and endCoalescing(), the ops' Works and the
   // fallback backends coalescing with this block.

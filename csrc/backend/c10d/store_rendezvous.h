@@ -16,7 +16,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "backend/host/shm_group.h"
+#include "backend/group/shm_group.h"
 
 namespace purlin::backend {
 

@@ -11,7 +11,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "backend/host/request.h"
+#include "backend/group/request.h"
 
 namespace purlin::backend {
 

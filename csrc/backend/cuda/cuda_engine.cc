@@ -1,4 +1,4 @@
-// cuda_engine.cc — the CudaPath / CudaOpScope glue declared in
+// cuda_engine.cc — the CudaEngine / CudaOpScope glue declared in
 // cuda_engine.h, over the group's CudaGroup (cuda_group.h).
 #ifdef PURLIN_WITH_CUDA
 
@@ -29,15 +29,15 @@ bool is_reduction(const std::string& op) { return op.rfind("all_reduce", 0) == 0
 
 }  // namespace
 
-// ---- CudaPath / CudaOpScope ------------------------------------------------------------
+// ---- CudaEngine / CudaOpScope ------------------------------------------------------------
 
-struct CudaPath::Impl {
+struct CudaEngine::Impl {
   int rank, world;
   std::chrono::milliseconds timeout;
   c10::intrusive_ptr<c10d::Store> store;
   GroupHealth* health;  // NOTE [group health], [shutdown and abort]
   std::shared_ptr<const GroupContext> ctx;  // NOTE [group settings]
-  std::unique_ptr<CudaGroup> engine;
+  std::unique_ptr<CudaGroup> group;
   std::string setup_failed;  // NOTE [setup agreement]: why this group's CUDA setup failed, for every later call
   CudaOpScope::State* scope = nullptr;
   bool plain_logged = false;  // NOTE [pool or plain]
@@ -45,7 +45,7 @@ struct CudaPath::Impl {
 };
 
 struct CudaOpScope::State {
-  CudaPath::Impl* path = nullptr;
+  CudaEngine::Impl* engine = nullptr;
   c10::Device device{c10::kCUDA, 0};
   bool async = false;
   cudaEvent_t ready = nullptr;  // the caller's stream at the op's start
@@ -53,46 +53,46 @@ struct CudaOpScope::State {
   c10::intrusive_ptr<CudaWork> work;
 };
 
-CudaPath::CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-                   GroupHealth* health, std::shared_ptr<const GroupContext> ctx)
+CudaEngine::CudaEngine(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+                       GroupHealth* health, std::shared_ptr<const GroupContext> ctx)
     : impl_(new Impl{rank, world, timeout, std::move(store), health, std::move(ctx), nullptr, "", nullptr}) {}
 
-CudaPath::~CudaPath() = default;
+CudaEngine::~CudaEngine() = default;
 
-void CudaPath::set_timeout(std::chrono::milliseconds timeout) {
+void CudaEngine::set_timeout(std::chrono::milliseconds timeout) {
   impl_->timeout = timeout;
-  if (impl_->engine) impl_->engine->set_timeout(timeout);
+  if (impl_->group) impl_->group->set_timeout(timeout);
 }
 
-bool CudaPath::active() const { return impl_->scope != nullptr; }
+bool CudaEngine::active() const { return impl_->scope != nullptr; }
 
-LastLaunch CudaPath::last_launch() const { return impl_->engine ? impl_->engine->last_launch() : LastLaunch{}; }
+LastLaunch CudaEngine::last_launch() const { return impl_->group ? impl_->group->last_launch() : LastLaunch{}; }
 
-ProtocolCounts CudaPath::protocol_counts() const {
-  return impl_->engine ? impl_->engine->protocol_counts() : ProtocolCounts{};
+ProtocolCounts CudaEngine::protocol_counts() const {
+  return impl_->group ? impl_->group->protocol_counts() : ProtocolCounts{};
 }
 
-std::string CudaPath::route(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes,
-                            bool* by_table) {
+std::string CudaEngine::route(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t table_bytes,
+                              bool* by_table) {
   const std::string why = unavailable(op, tensors);
   if (!why.empty() || table_bytes < 0 || impl_->world < 2) return why;
-  const int64_t from = impl_->engine ? impl_->engine->nccl_from(op) : 0;  // NOTE [protocol table]
+  const int64_t from = impl_->group ? impl_->group->nccl_from(op) : 0;  // NOTE [protocol table]
   if (from <= 0 || table_bytes < from) return "";
   if (by_table) *by_table = true;
   return "NCCL measured faster from " + std::to_string(from) +
          " bytes (the protocol table, TORCH_PURLIN_CUDA_NCCL_FROM in docs/TUNING.md)";
 }
 
-void CudaPath::before_nccl(const std::string& op, const c10::Device& dev, const std::string& why, bool by_table) {
+void CudaEngine::before_nccl(const std::string& op, const c10::Device& dev, const std::string& why, bool by_table) {
   const bool capturing_now = capturing(dev);
   TORCH_CHECK(!(by_table && capturing_now && !impl_->nccl_ran_eagerly), "purlin ", op, " on rank ", impl_->rank,
               ": this size runs on NCCL (", why, "), and NCCL's first collective of a group cannot be captured "
               "in a CUDA graph; run one such collective before capturing, or set TORCH_PURLIN_CUDA_NCCL_FROM=none");
   impl_->nccl_ran_eagerly |= !capturing_now;
-  if (impl_->engine) impl_->engine->note_nccl();  // last_launch: whatever sent it there, NCCL runs it
+  if (impl_->group) impl_->group->note_nccl();  // last_launch: whatever sent it there, NCCL runs it
 }
 
-bool CudaPath::capturing(const c10::Device& dev) {
+bool CudaEngine::capturing(const c10::Device& dev) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(dev.index()).stream(), &st);
   return st != cudaStreamCaptureStatusNone;
@@ -106,7 +106,7 @@ bool CudaPath::capturing(const c10::Device& dev) {
 // decides alike (the datapath's and the pool's setup are agreed, and so is
 // "full"), so the ranks' tensors stay all in the pool or all outside it.
 // torch_purlin.empty asks for symmetric memory by name and raises instead.
-at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& options, bool or_plain) {
+at::Tensor CudaEngine::empty(at::IntArrayRef sizes, const at::TensorOptions& options, bool or_plain) {
   RECORD_FUNCTION(or_plain ? "purlin::allocate_tensor" : "purlin::empty", std::vector<c10::IValue>());
   TORCH_CHECK(options.device().is_cuda(), "purlin empty on rank ", impl_->rank, ": symmetric memory is for CUDA tensors, got ",
               options.device().str());
@@ -131,7 +131,7 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
   const int64_t nbytes = numel * static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
   std::shared_ptr<atom::cuda::SymmetricPool> pool;
   try {
-    pool = impl_->engine->pool();
+    pool = impl_->group->pool();
   } catch (const std::exception& e) {
     if (or_plain) return plain(e.what());
     TORCH_CHECK(false, "purlin empty on rank ", impl_->rank, ": ", e.what());
@@ -139,8 +139,8 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
   int64_t off = -1;
   try {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
-    off = impl_->engine->pool_local() ? pool->allocate_local(nbytes, stream)  // NOTE [local placement]
-                                      : pool->allocate(nbytes, impl_->engine->pool_exchange(), stream);
+    off = impl_->group->pool_local() ? pool->allocate_local(nbytes, stream)  // NOTE [local placement]
+                                     : pool->allocate(nbytes, impl_->group->pool_exchange(), stream);
   } catch (const atom::cuda::PoolFull& e) {
     if (or_plain) return plain(e.what());
     TORCH_CHECK(false, "purlin empty on rank ", impl_->rank, ": ", e.what());
@@ -150,7 +150,7 @@ at::Tensor CudaPath::empty(at::IntArrayRef sizes, const at::TensorOptions& optio
   return at::from_blob(pool->base() + off, sizes, [pool, off](void*) { pool->free(off); }, options.device(dev));
 }
 
-std::string CudaPath::unavailable(const std::string& op, const std::vector<at::Tensor>& tensors) {
+std::string CudaEngine::unavailable(const std::string& op, const std::vector<at::Tensor>& tensors) {
   std::optional<c10::Device> dev;
   for (const auto& t : tensors) {
     if (!t.defined()) continue;
@@ -167,8 +167,8 @@ std::string CudaPath::unavailable(const std::string& op, const std::vector<at::T
   return dev ? group_on(*dev, op) : "";
 }
 
-std::string CudaPath::group_on(const c10::Device& dev, const std::string& op) {
-  if (!impl_->engine) {
+std::string CudaEngine::group_on(const c10::Device& dev, const std::string& op) {
+  if (!impl_->group) {
     c10::cuda::CUDAGuard guard(dev);
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(dev.index()).stream(), &st);
@@ -179,33 +179,33 @@ std::string CudaPath::group_on(const c10::Device& dev, const std::string& op) {
                 ": this group's CUDA setup failed and the group is unusable for CUDA tensors (destroy it and create "
                 "a new one): ", impl_->setup_failed);
     try {
-      impl_->engine = std::make_unique<CudaGroup>(impl_->rank, impl_->world, impl_->timeout, impl_->store, dev.index(),
-                                                  impl_->health, impl_->ctx);
+      impl_->group = std::make_unique<CudaGroup>(impl_->rank, impl_->world, impl_->timeout, impl_->store, dev.index(),
+                                                 impl_->health, impl_->ctx);
     } catch (const std::exception& e) {
       impl_->setup_failed = e.what();  // the agreement's keys are spent: a second attempt could not agree again
       TORCH_CHECK(false, "purlin ", op, " on rank ", impl_->rank, ": ", impl_->setup_failed);
     }
   }
-  if (!impl_->engine->unavailable().empty())
-    return "the CUDA datapath is unavailable for this group: " + impl_->engine->unavailable();
-  TORCH_CHECK(impl_->engine->device() == dev.index(), "purlin ", op, " on rank ", impl_->rank, ": tensors on ",
-              dev.str(), " but this group's CUDA workspace is on cuda:", impl_->engine->device(),
+  if (!impl_->group->unavailable().empty())
+    return "the CUDA datapath is unavailable for this group: " + impl_->group->unavailable();
+  TORCH_CHECK(impl_->group->device() == dev.index(), "purlin ", op, " on rank ", impl_->rank, ": tensors on ",
+              dev.str(), " but this group's CUDA workspace is on cuda:", impl_->group->device(),
               " (use one GPU per rank and group)");
   return "";
 }
 
-c10::intrusive_ptr<c10d::Work> CudaPath::run(Request& rq, const std::vector<at::Tensor>& outputs) {
-  TORCH_CHECK(impl_->scope && impl_->engine, "purlin ", rq.name, ": no native CUDA op in progress");
+c10::intrusive_ptr<c10d::Work> CudaEngine::run(Request& rq, const std::vector<at::Tensor>& outputs) {
+  TORCH_CHECK(impl_->scope && impl_->group, "purlin ", rq.name, ": no native CUDA op in progress");
   CudaOpScope::State& st = *impl_->scope;
   c10::cuda::CUDAGuard guard(st.device);
-  impl_->engine->launch(rq, c10::cuda::getCurrentCUDAStream(st.device.index()).stream());
+  impl_->group->launch(rq, c10::cuda::getCurrentCUDAStream(st.device.index()).stream());
   if (!st.async) return completed_work(outputs);
-  st.work = c10::make_intrusive<CudaWork>(impl_->rank, outputs, st.device, impl_->engine->error_source());
+  st.work = c10::make_intrusive<CudaWork>(impl_->rank, outputs, st.device, impl_->group->error_source());
   return st.work;
 }
 
-CudaOpScope::CudaOpScope(CudaPath* path, const std::vector<at::Tensor>& tensors, bool async_op) {
-  if (!path || !path->impl_->engine || !path->impl_->engine->unavailable().empty()) return;
+CudaOpScope::CudaOpScope(CudaEngine* engine, const std::vector<at::Tensor>& tensors, bool async_op) {
+  if (!engine || !engine->impl_->group || !engine->impl_->group->unavailable().empty()) return;
   const at::Tensor* first = nullptr;
   for (const auto& t : tensors)
     if (t.defined() && t.is_cuda()) {
@@ -214,12 +214,12 @@ CudaOpScope::CudaOpScope(CudaPath* path, const std::vector<at::Tensor>& tensors,
     }
   if (!first) return;
   s_ = std::make_unique<State>();
-  s_->path = path->impl_.get();
+  s_->engine = engine->impl_.get();
   s_->device = first->device();
   s_->async = async_op;
   if (async_op) {
     const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(s_->device.index());
-    const c10::cuda::CUDAStream internal = s_->path->engine->internal_stream();
+    const c10::cuda::CUDAStream internal = s_->engine->group->internal_stream();
     s_->on_internal.emplace(internal);  // also makes the op's device current until the op returns
     atom::cuda::check(cudaEventCreateWithFlags(&s_->ready, cudaEventDisableTiming), "cudaEventCreate");
     atom::cuda::check(cudaEventRecord(s_->ready, caller.stream()), "cudaEventRecord");
@@ -228,7 +228,7 @@ CudaOpScope::CudaOpScope(CudaPath* path, const std::vector<at::Tensor>& tensors,
       if (t.defined() && t.is_cuda() && t.has_storage())
         c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), internal);
   }
-  s_->path->scope = s_.get();
+  s_->engine->scope = s_.get();
 }
 
 CudaOpScope::~CudaOpScope() {
@@ -242,7 +242,7 @@ CudaOpScope::~CudaOpScope() {
   }
   s_->on_internal.reset();
   if (s_->ready) cudaEventDestroy(s_->ready);
-  s_->path->scope = nullptr;
+  s_->engine->scope = nullptr;
 }
 
 }  // namespace purlin::backend

@@ -16,7 +16,7 @@
 // mismatches are caught on the GPU before any peer data is read (NOTE [call
 // tags]) and raised at the rank's next call. Some calls do meet on the host,
 // through a shared-memory handshake (shm_group.h), and check every rank's
-// arguments as the CPU path does: all_to_all (its plan needs every rank's
+// arguments as the CPU engine does: all_to_all (its plan needs every rank's
 // split sizes), every call under TORCH_PURLIN_CUDA_CHECK_CALLS (NOTE [checked
 // calls]), the copy-engine Atom's calls (NOTE [copy-engine call check]), the
 // call after a one-sided argument error (NOTE [one-sided local errors]) and
@@ -39,9 +39,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "backend/host/group_context.h"
-#include "backend/host/group_health.h"
-#include "backend/host/request.h"
+#include "backend/group/group_context.h"
+#include "backend/group/group_health.h"
+#include "backend/group/request.h"
 
 namespace purlin::backend {
 
@@ -56,20 +56,20 @@ struct LastLaunch {
 };
 
 // How many launches of each collective ran each protocol since the group's
-// CUDA path began: {op: {protocol: launches}} (LastLaunch::protocol's names;
+// CUDA engine began: {op: {protocol: launches}} (LastLaunch::protocol's names;
 // NCCL's share is PurlinBackend::counters()'s fallback column).
 using ProtocolCounts = std::map<std::string, std::map<std::string, int64_t>>;
 
 // One per PurlinBackend; creates the group's CudaGroup (cuda_group.h) on first use.
-class CudaPath {
+class CudaEngine {
  public:
   // `health`: the group's (NOTE [group health]) with its abort request (NOTE [shutdown and abort]),
   // which ends the host-side waits of the group's shared-memory exchanges and the device waits; it
-  // outlives the path. `ctx`: the group's settings (NOTE [group settings]), read when the CUDA
+  // outlives the engine. `ctx`: the group's settings (NOTE [group settings]), read when the CUDA
   // group is set up.
-  CudaPath(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
-           GroupHealth* health, std::shared_ptr<const GroupContext> ctx);
-  ~CudaPath();
+  CudaEngine(int rank, int world, std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store,
+             GroupHealth* health, std::shared_ptr<const GroupContext> ctx);
+  ~CudaEngine();
 
   // "" if `op` on `tensors` (some on CUDA) runs natively, else why not.
   // The first call sets up the workspace and is collective: PurlinBackend
@@ -88,7 +88,7 @@ class CudaPath {
   LastLaunch last_launch() const;
   ProtocolCounts protocol_counts() const;
   // The CUDA engine's routing: "" if `op` on `tensors` (some on CUDA) runs
-  // natively, else why it runs on NCCL: the path cannot serve it
+  // natively, else why it runs on NCCL: the engine cannot serve it
   // (unavailable()), or the protocol table (NOTE [protocol table] in
   // protocol_table.h) sends an op of `table_bytes` there (-1: the op does not
   // consult the table), and then *by_table is set. Collective like unavailable().
@@ -116,10 +116,10 @@ class CudaPath {
 
 // Opened by every native op right after its fallback decision, closed when
 // the op returns: holds the op's stream and Work (see the contract above).
-// Inactive when path is null or no tensor is on CUDA.
+// Inactive when engine is null or no tensor is on CUDA.
 class CudaOpScope {
  public:
-  CudaOpScope(CudaPath* path, const std::vector<at::Tensor>& tensors, bool async_op);
+  CudaOpScope(CudaEngine* engine, const std::vector<at::Tensor>& tensors, bool async_op);
   ~CudaOpScope();
   CudaOpScope(const CudaOpScope&) = delete;
   CudaOpScope& operator=(const CudaOpScope&) = delete;
@@ -131,30 +131,30 @@ class CudaOpScope {
 };
 
 #ifndef PURLIN_WITH_CUDA
-struct CudaPath::Impl {};
+struct CudaEngine::Impl {};
 struct CudaOpScope::State {};
-inline CudaPath::CudaPath(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>, GroupHealth*,
-                          std::shared_ptr<const GroupContext>) {}
-inline CudaPath::~CudaPath() = default;
-inline std::string CudaPath::unavailable(const std::string&, const std::vector<at::Tensor>&) {
+inline CudaEngine::CudaEngine(int, int, std::chrono::milliseconds, c10::intrusive_ptr<c10d::Store>, GroupHealth*,
+                              std::shared_ptr<const GroupContext>) {}
+inline CudaEngine::~CudaEngine() = default;
+inline std::string CudaEngine::unavailable(const std::string&, const std::vector<at::Tensor>&) {
   return "the CUDA datapath is not available in this build";
 }
-inline bool CudaPath::active() const { return false; }
-inline c10::intrusive_ptr<c10d::Work> CudaPath::run(Request& rq, const std::vector<at::Tensor>&) {
+inline bool CudaEngine::active() const { return false; }
+inline c10::intrusive_ptr<c10d::Work> CudaEngine::run(Request& rq, const std::vector<at::Tensor>&) {
   TORCH_CHECK(false, "purlin ", rq.name, ": the CUDA datapath is not available in this build");
 }
-inline void CudaPath::set_timeout(std::chrono::milliseconds) {}
-inline at::Tensor CudaPath::empty(at::IntArrayRef, const at::TensorOptions&, bool) {
+inline void CudaEngine::set_timeout(std::chrono::milliseconds) {}
+inline at::Tensor CudaEngine::empty(at::IntArrayRef, const at::TensorOptions&, bool) {
   TORCH_CHECK(false, "purlin: symmetric memory needs the CUDA datapath, which is not in this build");
 }
-inline LastLaunch CudaPath::last_launch() const { return {}; }
-inline ProtocolCounts CudaPath::protocol_counts() const { return {}; }
-inline std::string CudaPath::route(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t, bool*) {
+inline LastLaunch CudaEngine::last_launch() const { return {}; }
+inline ProtocolCounts CudaEngine::protocol_counts() const { return {}; }
+inline std::string CudaEngine::route(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t, bool*) {
   return unavailable(op, tensors);
 }
-inline void CudaPath::before_nccl(const std::string&, const c10::Device&, const std::string&, bool) {}
-inline bool CudaPath::capturing(const c10::Device&) { return false; }
-inline CudaOpScope::CudaOpScope(CudaPath*, const std::vector<at::Tensor>&, bool) {}
+inline void CudaEngine::before_nccl(const std::string&, const c10::Device&, const std::string&, bool) {}
+inline bool CudaEngine::capturing(const c10::Device&) { return false; }
+inline CudaOpScope::CudaOpScope(CudaEngine*, const std::vector<at::Tensor>&, bool) {}
 inline CudaOpScope::~CudaOpScope() = default;
 #endif
 

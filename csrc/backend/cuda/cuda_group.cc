@@ -18,9 +18,9 @@
 #include "atom/cpu/cpu_atom.h"
 #include "atom/cuda/host/cuda_check.h"
 #include "atom/cuda/interned_names.h"
-#include "backend/host/setup_agreement.h"
-#include "backend/host/shm_group.h"
 #include "backend/c10d/store_rendezvous.h"
+#include "backend/group/setup_agreement.h"
+#include "backend/group/shm_group.h"
 #include "common/env.h"
 #include "snac/arrival.h"
 

@@ -1,10 +1,10 @@
 // cuda_group.h — CudaGroup: one process group's CUDA state on one rank: the
 // symmetric workspace, the symmetric pool, the plan cache, the copy-engine
 // Atom, and the launches (internal to the CUDA glue; the backend sees only
-// cuda_engine.h's CudaPath). Defined in cuda_group.cc (setup, device errors,
+// cuda_engine.h's CudaEngine). Defined in cuda_group.cc (setup, device errors,
 // pool), cuda_group_host_checks.cc, cuda_group_plans.cc, cuda_group_launch.cc.
 // Its host channel (arrival, agreement, broken state, health record) and its
-// plan cache are the pieces the CPU engine uses too (backend/host/
+// plan cache are the pieces the CPU engine uses too (backend/group/
 // group_channel.h, plan_cache.h).
 #pragma once
 
@@ -28,12 +28,12 @@
 #include "atom/cuda/host/symmetric_pool.h"
 #include "atom/cuda/host/symmetric_workspace.h"
 #include "backend/cuda/cuda_engine.h"
-#include "backend/host/group_channel.h"
-#include "backend/host/group_health.h"
-#include "backend/host/plan_cache.h"
-#include "backend/host/protocol_table.h"
-#include "backend/host/request.h"
-#include "backend/host/symmetric_use.h"
+#include "backend/group/group_channel.h"
+#include "backend/group/group_health.h"
+#include "backend/group/plan_cache.h"
+#include "backend/group/protocol_table.h"
+#include "backend/group/request.h"
+#include "backend/group/symmetric_use.h"
 #include "lowering/protocol_choice.h"
 #include "snac/plan.h"
 
@@ -74,7 +74,7 @@ class CudaGroup {
   const cu::SymmetricWorkspace::AllGather& exchange() const { return exchange_; }
   const LastLaunch& last_launch() const { return last_; }
   ProtocolCounts protocol_counts() const;
-  // NOTE [protocol table] (backend/host/protocol_table.h): bytes from which `op` runs
+  // NOTE [protocol table] (backend/group/protocol_table.h): bytes from which `op` runs
   // on NCCL (0: never), as agreed by the group at setup.
   int64_t nccl_from(const std::string& op) const { return nccl_table_.from(op); }
   // Records that the group's latest collective was served by NCCL.

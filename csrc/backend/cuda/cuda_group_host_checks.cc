@@ -1,5 +1,5 @@
 // cuda_group_host_checks.cc — CudaGroup's agreements between the ranks on
-// the host, through the group's channel (backend/host/group_channel.h: a
+// the host, through the group's channel (backend/group/group_channel.h: a
 // shared-memory arrival, the one the CPU engine uses) rather than the Store:
 // all_to_all's split sizes and NOTE [checked calls] (peer_meta), the
 // copy-engine call check, and the settling of a one-sided local error.

@@ -151,7 +151,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   const CachedPlan& c = *cp;
   const lowering::ProtocolChoice& ch = c.choice;
   if (ch.plan.rounds == 0) return;  // nothing moves on any rank
-  // The caller (CudaPath::run) holds a CUDAGuard on this group's device.
+  // The caller (CudaEngine::run) holds a CUDAGuard on this group's device.
   order_after_last(stream);
   // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
   // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).

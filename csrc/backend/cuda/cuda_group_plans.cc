@@ -1,5 +1,5 @@
 // cuda_group_plans.cc — CudaGroup's plans: the symmetric-memory use of a call
-// (backend/host/symmetric_use.h), the Atom's protocol choice for it
+// (backend/group/symmetric_use.h), the Atom's protocol choice for it
 // (lowering/protocol_choice.h), the plan cache and its memo.
 #ifdef PURLIN_WITH_CUDA
 
@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "backend/cuda/cuda_group.h"
-#include "backend/host/symmetric_use.h"
+#include "backend/group/symmetric_use.h"
 
 namespace purlin::backend {
 
@@ -19,7 +19,7 @@ cu::IoAlias CudaGroup::alias_of(const Request& rq, int64_t* shift) {
   return static_cast<cu::IoAlias>(io_alias(rq, shift));
 }
 
-// NOTE [symmetric use is rank-invariant] (backend/host/symmetric_use.h).
+// NOTE [symmetric use is rank-invariant] (backend/group/symmetric_use.h).
 // The Spec-dependent half of the rule is memoized like the plans (NOTE
 // [eager host path]): an FSDP2 step's pool all-gathers build no Spec.
 CudaGroup::PoolUse CudaGroup::pool_use(const Request& rq, std::vector<PeerMeta>& all) {

@@ -160,7 +160,7 @@ def run(c):
         R.check("bool/complex reductions and a forced op use NCCL", fallback_case)
         R.check("batch_isend_irecv ring through NCCL", batch_p2p_case)
 
-    # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/host/protocol_table.h) -----------------
+    # -- the protocol table's NCCL rows (NOTE [protocol table] in csrc/backend/group/protocol_table.h) -----------------
     R.family = "protocol_table"
     # all_reduce's row for this world replaces its plain one; a row for another world never applies.
     tb = purlin_group(PURLIN_TIMEOUT, TORCH_PURLIN_CUDA_NCCL_FROM=f"all_reduce=1G,all_reduce@{W}=64K,all_gather=64K,"

@@ -43,7 +43,7 @@ std::string check_probes(const std::vector<WorkspaceProbe>& all, std::string* sh
   for (const WorkspaceProbe& p : all) all_share &= p.share != 0;
   for (size_t r = 1; r < all.size(); ++r) {
     // A group spanning hosts never gets here: the backend maps its hosts first (NOTE [host map] in
-    // backend/host/host_map.h: shared memory every rank of a host can open) and sends its CUDA
+    // backend/machines/host_map.h: shared memory every rank of a host can open) and sends its CUDA
     // tensors to NCCL. This check stays as a second guard for ranks that share /dev/shm under
     // different hostnames; the handle exchange after it checks that every IPC handle opens.
     if (all[r].host != all[0].host)

@@ -1,5 +1,5 @@
 // plan_cache.h — the bounded plan cache both engines keep: the CPU engine's
-// SNAC plans (host_engine.h) and the CUDA group's lowered plans
+// SNAC plans (cpu_engine.h) and the CUDA group's lowered plans
 // (backend/cuda/cuda_group.h). Header-only, no torch headers.
 //
 // NOTE [plan caches] A plan is derived once per distinct call (its key:

@@ -25,8 +25,8 @@
 
 #include <string>
 
-#include "backend/host/group_context.h"
-#include "backend/host/shm_group.h"
+#include "backend/group/group_context.h"
+#include "backend/group/shm_group.h"
 
 namespace purlin::backend {
 

@@ -1,5 +1,5 @@
 // request.cc — metadata blobs, cross-rank argument checks and Spec building.
-#include "backend/host/request.h"
+#include "backend/group/request.h"
 
 #include <charconv>
 #include <cstring>

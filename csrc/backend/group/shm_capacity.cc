@@ -1,5 +1,5 @@
 // shm_capacity.cc — see shm_capacity.h (NOTE [shm capacity]).
-#include "backend/host/shm_capacity.h"
+#include "backend/group/shm_capacity.h"
 
 #include <algorithm>
 

@@ -58,8 +58,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/host/abort_signal.h"
-#include "backend/host/peer_liveness.h"
+#include "backend/group/abort_signal.h"
+#include "backend/group/peer_liveness.h"
 
 namespace purlin::backend {
 

@@ -1,5 +1,5 @@
 // symmetric_use.cc — see symmetric_use.h.
-#include "backend/host/symmetric_use.h"
+#include "backend/group/symmetric_use.h"
 
 
 namespace purlin::backend {

@@ -1,6 +1,6 @@
 // group_channel.h — GroupChannel: a group's arrival channel between its
 // ranks' hosts, as both engines use it (the CPU engine for every collective,
-// host_engine.h; the CUDA group for the exchanges it makes on the host,
+// cpu_engine.h; the CUDA group for the exchanges it makes on the host,
 // backend/cuda/cuda_group_host_checks.cc). Torch-free.
 //
 // One channel is a shared-memory CPU Atom (shm_group.h) with its sequence
@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "atom/atom.h"
-#include "backend/host/group_health.h"
-#include "backend/host/request.h"
-#include "backend/host/shm_group.h"
+#include "backend/group/group_health.h"
+#include "backend/group/request.h"
+#include "backend/group/shm_group.h"
 
 namespace purlin::atom {
 class CpuAtom;

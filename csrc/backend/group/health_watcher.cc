@@ -1,5 +1,5 @@
 // health_watcher.cc — see NOTE [health watcher] in health_watcher.h.
-#include "backend/host/health_watcher.h"
+#include "backend/group/health_watcher.h"
 
 #include <pthread.h>
 
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/host/group_health.h"
+#include "backend/group/group_health.h"
 
 namespace purlin::backend {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/host/abort_signal.h"
+#include "backend/group/abort_signal.h"
 
 namespace purlin::atom {
 class CpuAtom;

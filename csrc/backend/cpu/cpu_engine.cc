@@ -1,31 +1,31 @@
-// host_engine.cc — see host_engine.h.
-#include "backend/host/host_engine.h"
+// cpu_engine.cc — see cpu_engine.h.
+#include "backend/cpu/cpu_engine.h"
 
 #include <cstdio>
 #include <stdexcept>
 
 #include "atom/cpu/cpu_atom.h"
-#include "backend/host/protocol_table.h"
-#include "backend/host/setup_agreement.h"
-#include "backend/host/shm_capacity.h"
+#include "backend/group/protocol_table.h"
+#include "backend/group/setup_agreement.h"
+#include "backend/group/shm_capacity.h"
 #include "common/env.h"
 #include "snac/executor.h"
 
 namespace purlin::backend {
 
-HostEngine::HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, GroupHealth* health,
+CpuEngine::CpuEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, GroupHealth* health,
                        std::shared_ptr<const GroupContext> ctx)
     : rank_(rank), world_(world), rdv_(std::move(rdv)), channel_(rank, world, timeout, health), ctx_(std::move(ctx)) {}
 
-HostEngine::~HostEngine() = default;
+CpuEngine::~CpuEngine() = default;
 
-void HostEngine::set_timeout(std::chrono::milliseconds t) { channel_.set_timeout(t); }
+void CpuEngine::set_timeout(std::chrono::milliseconds t) { channel_.set_timeout(t); }
 
 // The group's settings (agreed when it was made, NOTE [group settings]) are
 // read here, on its first collective, and checked by every rank together
 // (NOTE [setup agreement]) before the segments, with rank 0's verdict on
 // /dev/shm (NOTE [shm capacity]).
-void HostEngine::ensure_atom(const char* op) {
+void CpuEngine::ensure_atom(const char* op) {
   if (channel_.is_open()) return;
   size_t ws = 0;
   std::string mine;
@@ -63,7 +63,7 @@ void HostEngine::ensure_atom(const char* op) {
 // The cache key holds every fact the plan depends on: the Spec's inputs
 // (plan_key) and this rank's aliasing; two-shot and direct local reads follow
 // from them and the call's description.
-const snac::Plan& HostEngine::plan_for(const Request& rq, const std::vector<PeerMeta>& all) {
+const snac::Plan& CpuEngine::plan_for(const Request& rq, const std::vector<PeerMeta>& all) {
   int64_t shift = 0;
   const IoAlias alias = io_alias(rq, &shift);
   std::string key = plan_key(rq, all);
@@ -88,7 +88,7 @@ const snac::Plan& HostEngine::plan_for(const Request& rq, const std::vector<Peer
   return plans_.insert(std::move(key), std::move(plan));
 }
 
-void HostEngine::run(Request& rq) {
+void CpuEngine::run(Request& rq) {
   channel_.begin_call(rq.name);
   ensure_atom(rq.name);
   atom::WaitSite site{rq.name, "", channel_.next_seq()};

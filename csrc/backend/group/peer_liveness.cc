@@ -1,5 +1,5 @@
 // peer_liveness.cc — see NOTE [peer liveness] in peer_liveness.h.
-#include "backend/host/peer_liveness.h"
+#include "backend/group/peer_liveness.h"
 
 #include <poll.h>
 #include <sys/syscall.h>

@@ -1,5 +1,5 @@
 // group_channel.cc — see group_channel.h.
-#include "backend/host/group_channel.h"
+#include "backend/group/group_channel.h"
 
 #include <stdexcept>
 

@@ -1,5 +1,5 @@
 // shm_group.cc — see shm_group.h.
-#include "backend/host/shm_group.h"
+#include "backend/group/shm_group.h"
 
 #include <random>
 #include <sstream>
@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "atom/cpu/cpu_atom.h"
-#include "backend/host/shm_capacity.h"
+#include "backend/group/shm_capacity.h"
 
 namespace purlin::backend {
 

@@ -1,5 +1,5 @@
 // protocol_table.cc — see protocol_table.h.
-#include "backend/host/protocol_table.h"
+#include "backend/group/protocol_table.h"
 
 #include <stdexcept>
 #include <utility>

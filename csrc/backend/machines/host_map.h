@@ -42,7 +42,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/host/shm_group.h"
+#include "backend/group/shm_group.h"
 
 namespace purlin::backend {
 

@@ -1,5 +1,5 @@
 // group_health.cc — see NOTE [group health] in group_health.h.
-#include "backend/host/group_health.h"
+#include "backend/group/group_health.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <new>
 
-#include "backend/host/health_watcher.h"
+#include "backend/group/health_watcher.h"
 
 namespace purlin::backend {
 

@@ -1,5 +1,5 @@
 // setup_agreement.cc — see setup_agreement.h.
-#include "backend/host/setup_agreement.h"
+#include "backend/group/setup_agreement.h"
 
 #include <map>
 #include <sstream>

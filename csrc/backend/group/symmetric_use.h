@@ -21,7 +21,7 @@
 // Torch-free.
 #pragma once
 
-#include "backend/host/request.h"
+#include "backend/group/request.h"
 #include "snac/spec_traits.h"
 
 namespace purlin::backend {

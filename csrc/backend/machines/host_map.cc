@@ -1,5 +1,5 @@
 // host_map.cc — see host_map.h (NOTE [host map]).
-#include "backend/host/host_map.h"
+#include "backend/machines/host_map.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

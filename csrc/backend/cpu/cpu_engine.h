@@ -1,4 +1,4 @@
-// host_engine.h — runs native collectives on CPU tensors: arrival handshake,
+// cpu_engine.h — runs native collectives on CPU tensors: arrival handshake,
 // cross-rank checks, Spec, SNAC plan (cached), and the CPU Atom.
 //
 // Torch-free: the backend passes a Rendezvous (backed by the c10d Store) to set
@@ -11,23 +11,23 @@
 #include <memory>
 #include <string>
 
-#include "backend/host/group_channel.h"
-#include "backend/host/group_health.h"
-#include "backend/host/plan_cache.h"
-#include "backend/host/group_context.h"
-#include "backend/host/request.h"
-#include "backend/host/shm_group.h"
+#include "backend/group/group_channel.h"
+#include "backend/group/group_context.h"
+#include "backend/group/group_health.h"
+#include "backend/group/plan_cache.h"
+#include "backend/group/request.h"
+#include "backend/group/shm_group.h"
 #include "snac/plan.h"
 
 namespace purlin::backend {
 
-class HostEngine {
+class CpuEngine {
  public:
   // `health`: the group's (NOTE [group health], NOTE [shutdown and abort]); it outlives the engine.
   // `ctx`: the group's settings (NOTE [group settings]), read at the first collective.
-  HostEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, GroupHealth* health,
+  CpuEngine(int rank, int world, std::chrono::milliseconds timeout, Rendezvous rdv, GroupHealth* health,
              std::shared_ptr<const GroupContext> ctx);
-  ~HostEngine();
+  ~CpuEngine();
 
   // Runs one collective; throws std::runtime_error naming op, rank and reason.
   void run(Request& rq);
