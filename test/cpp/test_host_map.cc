@@ -17,6 +17,7 @@
 
 #include "backend/machines/host_map.h"
 #include "expect.h"
+#include "mem_store.h"
 
 namespace purlin::backend {
 std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& key, int rank, int world,
@@ -30,31 +31,10 @@ std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& ke
 
 using namespace purlin::backend;
 using purlin::test::expect;
+using purlin::test::MemStore;
 using purlin::test::expect_eq;
 
 namespace {
-
-// An in-memory store: get() waits up to `wait` for the key, then throws naming it.
-struct MemStore {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::string, std::string> kv;
-
-  Rendezvous rdv(std::chrono::milliseconds wait) {
-    Rendezvous r;
-    r.set = [this](const std::string& k, const std::string& v) {
-      std::lock_guard<std::mutex> g(mu);
-      kv[k] = v;
-      cv.notify_all();
-    };
-    r.get = [this, wait](const std::string& k) {
-      std::unique_lock<std::mutex> g(mu);
-      if (!cv.wait_for(g, wait, [&] { return kv.count(k) > 0; })) throw std::runtime_error("timed out waiting for " + k);
-      return kv[k];
-    };
-    return r;
-  }
-};
 
 std::vector<HostProbe> probes(const std::vector<std::string>& hostnames) {
   std::vector<HostProbe> out;

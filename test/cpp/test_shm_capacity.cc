@@ -26,12 +26,14 @@
 #include "backend/group/shm_capacity.h"
 #include "backend/group/shm_group.h"
 #include "expect.h"
+#include "mem_store.h"
 
 using namespace purlin::backend;
 using namespace std::chrono_literals;
 using purlin::atom::CpuAtom;
 using purlin::atom::cpu::ShmSpace;
 using purlin::test::expect;
+using purlin::test::MemStore;
 using purlin::test::expect_eq;
 
 namespace {
@@ -100,28 +102,6 @@ void choose_cases() {
   expect(has(shm_remedy(100 * MiB, space(64 * MiB, 20 * MiB)), "--shm-size=256m"), "remedy counts what is used");
   expect(has(shm_remedy(1536 * MiB, space(64 * MiB, 64 * MiB)), "--shm-size=2g"), "remedy: 2g");
 }
-
-// An in-memory store: get() waits up to `wait` for the key, then throws naming it.
-struct MemStore {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::string, std::string> kv;
-
-  Rendezvous rdv(std::chrono::milliseconds wait) {
-    Rendezvous r;
-    r.set = [this](const std::string& k, const std::string& v) {
-      std::lock_guard<std::mutex> g(mu);
-      kv[k] = v;
-      cv.notify_all();
-    };
-    r.get = [this, wait](const std::string& k) {
-      std::unique_lock<std::mutex> g(mu);
-      if (!cv.wait_for(g, wait, [&] { return kv.count(k) > 0; })) throw std::runtime_error("timed out waiting for " + k);
-      return kv[k];
-    };
-    return r;
-  }
-};
 
 // Segments this process made and left in /dev/shm.
 int left_behind() {
