@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "atom/cpu/cpu_atom.h"
+#include "private_tmpfs.h"
 #include "snac/arrival.h"
 
 using purlin::atom::CpuAtom;
@@ -352,12 +353,7 @@ void refused(int r, Barrier&) {
 // touching every page of it with /dev/shm otherwise full raises no SIGBUS.
 // Returns 0 (passed), 1 (failed) or 77 (skipped: no namespaces here).
 int full_tmpfs() {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
-      _exit(77);
+  return purlin::test::in_private_tmpfs("1m", "full tmpfs", [] {
     try {
       auto no_space = [](const std::string& name, size_t bytes) {
         try {
@@ -380,16 +376,10 @@ int full_tmpfs() {
       require(shm_entries("/purlin_full").empty(), "nothing left in /dev/shm");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "  full tmpfs: %s\n", e.what());
-      std::fflush(nullptr);
-      _exit(1);
+      return 1;
     }
-    std::fflush(nullptr);
-    _exit(0);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFSIGNALED(status)) std::fprintf(stderr, "  full tmpfs: killed by signal %d\n", WTERMSIG(status));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    return 0;
+  });
 }
 
 }  // namespace

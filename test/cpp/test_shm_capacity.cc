@@ -27,6 +27,7 @@
 #include "backend/group/shm_group.h"
 #include "expect.h"
 #include "mem_store.h"
+#include "private_tmpfs.h"
 
 using namespace purlin::backend;
 using namespace std::chrono_literals;
@@ -181,12 +182,7 @@ void group_cases() {
 // do not fit fails on every rank with the sizes and the remedy, nothing left.
 // Returns 0 (passed), 1 (failed) or 77 (skipped: no namespaces here).
 int full_tmpfs_case() {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
-      _exit(77);
+  return purlin::test::in_private_tmpfs("1m", "full /dev/shm", [] {
     Outcome o = group(2, [](int) { return 768 * KiB; });
     for (int r = 0; r < 2; ++r)
       expect(has(o.error[r], "could not create its shared-memory segment: purlin shm: /dev/shm cannot hold segment") &&
@@ -199,13 +195,8 @@ int full_tmpfs_case() {
       closedir(d);
     }
     expect_eq(left, 0, "nothing left in the full /dev/shm");
-    std::fflush(nullptr);
-    _exit(purlin::test::failures() ? 1 : 0);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFSIGNALED(status)) std::printf("FAIL full /dev/shm: killed by signal %d\n", WTERMSIG(status));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    return purlin::test::failures() ? 1 : 0;
+  });
 }
 
 }  // namespace
