@@ -47,15 +47,22 @@ std::string key(const snac::CallDescription& d) {
          std::to_string(d.own_block);
 }
 
-// The choices of every rank's call (`calls`), as the engines make them.
-Choice choose_all(const std::vector<Request>& calls, const cu::ProtocolSettings& s, int64_t cpu_two,
-                  int64_t cuda_two, std::string* desc) {
+// Every rank's metadata as its peers read it.
+std::vector<PeerMeta> metas(const std::vector<Request>& calls) {
   const int W = static_cast<int>(calls.size());
   std::vector<PeerMeta> all;
   for (const Request& rq : calls) {
     const auto blob = encode_meta(rq, W);
     all.push_back(decode_meta(blob.data(), W));
   }
+  return all;
+}
+
+// The choices of every rank's call (`calls`), as the engines make them.
+Choice choose_all(const std::vector<Request>& calls, const cu::ProtocolSettings& s, int64_t cpu_two,
+                  int64_t cuda_two, std::string* desc) {
+  const int W = static_cast<int>(calls.size());
+  const std::vector<PeerMeta> all = metas(calls);
   const snac::Spec spec = build_spec(calls[0], all);
   const int64_t es = static_cast<int64_t>(dtype_size(calls[0].dtype));
   Choice c;
@@ -101,12 +108,7 @@ int main() {
             std::vector<Request> builtin, custom;
             for (int r = 0; r < W; ++r) builtin.push_back(make_call(c, W, r).rq);
             // The same Spec through run_spec: a custom request on the same buffers.
-            std::vector<PeerMeta> all;
-            for (const Request& rq : builtin) {
-              const auto blob = encode_meta(rq, W);
-              all.push_back(decode_meta(blob.data(), W));
-            }
-            const snac::Spec spec = build_spec(builtin[0], all);
+            const snac::Spec spec = build_spec(builtin[0], metas(builtin));
             for (const Request& rq : builtin) {
               Request k = rq;
               k.op = CollOp::Custom;
