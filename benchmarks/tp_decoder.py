@@ -32,6 +32,7 @@ class Shape:
 
 SHAPES = {
     "llama3-8b": Shape(hidden=4096, intermediate=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256),
+    "llama3.2-1b": Shape(hidden=2048, intermediate=8192, heads=32, kv_heads=8, head_dim=64, vocab=128256),
     "tiny": Shape(hidden=64, intermediate=128, heads=8, kv_heads=4, head_dim=8, vocab=256),
 }
 EPS = 1e-5

@@ -25,13 +25,14 @@ before its first allocation so rendezvous creates no multicast object either.
 """
 import importlib
 import os
+import time
 import warnings
 
 import torch
 import torch.distributed as dist
 
 NO_GRAPH = {"gloo", "mpi"}  # host-side backends; a capture attempt can hang, not just fail
-SPECIAL = ("purlin-sym", "symm1", "symm2")
+SPECIAL = ("purlin-sym", "symm1", "symm2", "limit")
 
 
 class Unavailable(Exception):
@@ -49,9 +50,10 @@ def shares_gpu(args):
 class Impl:
     """One column group: a label, the group it runs on, its buffers and its call."""
 
-    kind = "backend"        # purlin | purlin-sym | backend | symm-mem (JSON "kind")
+    kind = "backend"        # purlin | purlin-sym | backend | symm-mem | limit (JSON "kind")
     graphable = True
     own_buffers = False     # True: buffers(...) says how its Case is allocated
+    checked = True          # False: its outputs are not the op's result (#wrong is "-")
 
     def __init__(self, label, group, about):
         self.label, self.group, self.about = label, group, about
@@ -71,6 +73,10 @@ class Impl:
 
     def run(self, case):
         case.op.run(case, self.group)
+
+    def correct(self, samples, case):
+        """Timed samples (seconds) as this impl reports them."""
+        return samples
 
     def launch(self):
         """purlin's last kernel launch on this group, or None for other impls."""
@@ -184,12 +190,98 @@ class Symm(Impl):
         self.calls[(case.name, case.place)][2](case, self.gname)
 
 
+# NOTE [machine limit]: a CPU collective staged through shared memory cannot
+# beat torch's own per-call cost (the same call on torch's no-op "fake"
+# backend) plus the bytes its busiest rank must read and write, at one
+# core's copy speed. LIMIT_COPIES[op](W) is that traffic in copies of the
+# table's size(B) (a copy reads and writes its size): all_reduce stages its
+# input (1), then reads what it reduces and writes the result (at least 1.5,
+# one-shot at W = 2 or two-shot at any W); reduce_scatter stages N, reads N, writes
+# N/W; all_gather and all_to_all stage what others read and read what they
+# write; broadcast, gather and scatter move size(B) once through the busiest
+# rank. The copies are torch copies on this rank's core, timed with the
+# fake call; their own per-call cost (measured once on one-element tensors)
+# is taken off every sample, since purlin's copies pay none: what remains is
+# torch's floor plus the bytes. It counts no transfer between cores, which a
+# collective cannot avoid (the peers' bytes are in the other cores' caches):
+# where that dominates (64K-1M on a 2-core VM) even a hand-written protocol
+# stays above it (benchmarks/probes/cpu_cross_core.cc measures one).
+LIMIT_COPIES = {
+    "all_reduce": lambda w: 2.5,
+    "reduce_scatter": lambda w: (3 + 1 / w) / 2,
+    "all_gather": lambda w: 1 + 1 / w,
+    "all_to_all": lambda w: (2 * w - 1) / w,
+    "broadcast": lambda w: 1.0,
+    "reduce": lambda w: (w + 1) / 2,
+    "gather": lambda w: 1.0,
+    "scatter": lambda w: 1.0,
+}
+
+
+def copy_pairs(numel, copies, dtype):
+    """(dst, src) views for `copies` copies of numel elements: whole ones, then a part."""
+    src, dst = torch.empty(numel, dtype=dtype), torch.empty(numel, dtype=dtype)
+    src.zero_()
+    pairs = [(dst, src)] * int(copies)
+    part = int(numel * (copies - int(copies)))
+    return pairs + ([(dst[:part], src[:part])] if part else [])
+
+
+class Limit(Impl):
+    """The machine's limit for a CPU collective (NOTE [machine limit]): the op
+    on torch's no-op backend, then LIMIT_COPIES copies of size(B) bytes on
+    this rank's core, less the copies' own per-call cost. Its outputs are
+    not the op's."""
+
+    kind = "limit"
+    graphable = False
+    checked = False
+
+    def __init__(self, label, args):
+        if args.device.type != "cpu":
+            raise Unavailable("the machine limit is defined for --device cpu")
+        try:
+            importlib.import_module("torch.testing._internal.distributed.fake_pg")  # registers "fake"
+        except ImportError as e:
+            raise Unavailable(f"torch's fake backend: {e}") from e
+        super().__init__(label, dist.new_group(backend="fake"),
+                         "torch's per-call cost (fake backend) + the op's bytes at one core's copy speed")
+        self.key, self.pairs, self.call_cost = None, [], {}
+
+    def run(self, case):
+        case.op.run(case, self.group)
+        key = (case.name, case.c, case.args.dtype)
+        if key != self.key:                 # one set at a time: the bench frees each size's buffers
+            self.pairs = []
+            size = case.c * (case.n if "nc" in case.op.inp + case.op.out else 1)   # size(B), as on the root
+            self.key, self.pairs = key, copy_pairs(size, LIMIT_COPIES[case.name](case.n), case.args.dtype)
+        for d, s in self.pairs:
+            d.copy_(s)
+
+    def correct(self, samples, case):
+        """Samples less the copies' per-call cost: the same copies of 64 elements."""
+        copies = LIMIT_COPIES[case.name](case.n)
+        if copies not in self.call_cost:
+            pairs = copy_pairs(64, copies, case.args.dtype)
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for _ in range(400):
+                    for d, s in pairs:
+                        d.copy_(s)
+                times.append((time.perf_counter() - t0) / 400)
+            self.call_cost[copies] = min(times)
+        return [max(0.0, x - self.call_cost[copies]) for x in samples]
+
+
 def make(label, backend, args):
     """The impl for one --impls entry (label: unique column title)."""
     if backend == "purlin-sym":
         impl = PurlinSym(label, args)
     elif backend in ("symm1", "symm2"):
         impl = Symm(label, args)
+    elif backend == "limit":
+        impl = Limit(label, args)
     else:
         impl = Backend(label, backend, args)
     impl.backend = backend          # the --impls name, kept in the JSON's meta.impls

@@ -41,13 +41,22 @@ def ratio(t, base):
 
 def speedups(row):
     """{X: time(X) / time(first impl)} for every other impl, the symm-mem ones
-    folded into one "symm": the faster of them. Above 1: the first is faster."""
+    folded into one "symm": the faster of them. Above 1: the first is faster.
+    The machine limit (kind "limit", NOTE [machine limit] in impls.py) is
+    the other way round, "/limit": time(first) / time(limit), 1 at the limit."""
     first, *rest = row["impls"]
-    out = {r["impl"]: ratio(r["time_us"], first["time_us"]) for r in rest if kind(r) != "symm-mem"}
+    out = {r["impl"]: ratio(r["time_us"], first["time_us"]) for r in rest if kind(r) not in ("symm-mem", "limit")}
     symm = [r["time_us"] for r in rest if kind(r) == "symm-mem"]
     if symm:
         out["symm"] = ratio(min((t for t in symm if t), default=None), first["time_us"])
+    for r in rest:
+        if kind(r) == "limit":
+            out["/" + r["impl"]] = ratio(first["time_us"], r["time_us"])
     return out
+
+
+def ratio_title(key):
+    return key if key.startswith("/") else f"vs {key}"
 
 
 def add_bandwidth(row):
@@ -73,7 +82,7 @@ def format_table(rows):
     first = rows[0]["impls"]
     labels = [r["impl"] for r in first]
     launch = [any("proto" in row["impls"][k] for row in rows) for k in range(len(first))]
-    vs = [(f"vs {k}", max(9, len(k) + 3)) for k in speedups(rows[0])] if first else []
+    vs = [(ratio_title(k), max(9, len(k) + 3)) for k in speedups(rows[0])] if first else []
     blocks = [[(t, w) for t, w, _ in IMPL_COLS] + (list(LAUNCH_COLS) if la else []) for la in launch]
     cols = list(ROW_COLS) + [c for b in blocks for c in b] + vs
     top = " " * sum(w + 1 for _, w in ROW_COLS)
@@ -155,15 +164,17 @@ def headline_table(records, sizes=HEADLINE_SIZES, mode=None, place=None):
     modes = {r["mode"] for r in records}
     mode = mode or ("graph" if "graph" in modes else "eager")
     chosen = pick_rows(records, mode, place)
-    cols, purlins = {}, []
+    cols, purlins, limits = {}, [], []
     for rows in chosen.values():
         for r in rows[0]["impls"]:
             name = "symm" if kind(r) == "symm-mem" else r["impl"]
             cols[name] = 1
             if kind(r) in PURLIN_KINDS and r["impl"] not in purlins:
                 purlins.append(r["impl"])
-    refs = [c for c in cols if c not in purlins]
-    ratios = [(ref, p) for ref in refs for p in purlins]
+            if kind(r) == "limit" and name not in limits:
+                limits.append(name)
+    refs = [c for c in cols if c not in purlins and c not in limits]
+    ratios = [(ref, p) for ref in refs for p in purlins] + [(p, lim) for p in purlins for lim in limits]
     head = ["op", "size"] + [f"{c} (us)" for c in cols] + [f"{a} / {b}" for a, b in ratios]
     proto = purlins and any("proto" in r for rows in chosen.values() for row in rows
                             for r in row["impls"] if r["impl"] == purlins[0])
@@ -186,7 +197,8 @@ def headline_table(records, sizes=HEADLINE_SIZES, mode=None, place=None):
                 cells.append("/".join(launch_cells(rec)) if "proto" in rec else "")
             out.append("| " + " | ".join(cells) + " |")
     note = "; symm = the faster of symm1 and symm2" if "symm" in cols else ""
-    return f"{mode} mode{note}; time per op in us; ratios above 1: purlin faster\n\n" + "\n".join(out) + "\n"
+    note += "; purlin / limit: 1.00 at the machine's limit (NOTE [machine limit])" if limits else ""
+    return f"{mode} mode{note}; time per op in us; other ratios above 1: purlin faster\n\n" + "\n".join(out) + "\n"
 
 
 def source_version():
@@ -259,7 +271,8 @@ class Printer:
                if "eager" in m["modes"] and m["eager_passes"] > 1 else ""),
             f"- impls: {'; '.join(f'{k} = {a}' for k, a in m['impl_about'].items())}",
             f"- vs X = time(X) / time({first}), above 1 means {first} is faster"
-            + ("; vs symm: the faster of symm1 and symm2" if "symm-mem" in kinds else ""),
+            + ("; vs symm: the faster of symm1 and symm2" if "symm-mem" in kinds else "")
+            + (f"; /limit = time({first}) / time(limit), 1.00 at the machine's limit" if "limit" in kinds else ""),
             *(["- proto, SMs: purlin's protocol and blocks (SMs) of its last launch "
                "(torch_purlin.last_launch; ? = not reported)"]
               if args.device.type == "cuda" and kinds & set(PURLIN_KINDS) else []),
