@@ -28,7 +28,7 @@ std::vector<const std::byte*> arrive(atom::HostAtom& atom, uint64_t seq, const v
 
 // A string all-gather over arrive() for host protocols of several steps
 // (the CUDA pool's offset agreement: NOTE [pool agreement on the host] in
-// backend/cuda/cuda_group.cc): every rank publishes `tag` (the step it is at) and
+// backend/cuda/pool_agreement.cc): every rank publishes `tag` (the step it is at) and
 // `value` (tag.size() + value.size() + 2 <= atom.meta_bytes()) and gets every
 // rank's value in rank order. If some rank's tag differs, every rank throws
 // std::runtime_error "rank R is at <R's tag>, this rank at <tag>" + hint,

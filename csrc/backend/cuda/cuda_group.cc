@@ -1,7 +1,9 @@
 // cuda_group.cc — CudaGroup (cuda_group.h): settings, setup and teardown, the
-// text of device errors, the symmetric pool. The rest of the class:
-// cuda_group_host_checks.cc (host-side agreements between the ranks),
-// cuda_group_plans.cc (plan choice and cache), cuda_group_launch.cc (launches).
+// text of device errors, the symmetric pool (its agreement: pool_agreement.cc).
+// The rest of the class: cuda_group_host_checks.cc (host-side agreements
+// between the ranks), cuda_group_plans.cc (plan choice; the cache:
+// cuda_plan_cache.cc), cuda_group_launch.cc (launches; their order across
+// streams: launch_order.cc).
 #ifdef PURLIN_WITH_CUDA
 
 #include "backend/cuda/cuda_group.h"
@@ -11,18 +13,13 @@
 #include <cstdio>
 #include <sstream>
 
-#include <ATen/record_function.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "atom/cpu/cpu_atom.h"
-#include "atom/cuda/host/cuda_check.h"
 #include "atom/cuda/interned_names.h"
 #include "backend/c10d/store_rendezvous.h"
 #include "backend/group/setup_agreement.h"
-#include "backend/group/shm_group.h"
 #include "common/env.h"
-#include "snac/arrival.h"
 
 namespace purlin::backend {
 
@@ -163,11 +160,11 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
       world_(world),
       device_(device),
       timeout_(timeout),
-      store_(std::move(store)),
       health_(health),
       ctx_(std::move(ctx)),
       break_reason_(health->signal().reason_source()),
-      channel_(rank, world, timeout, health) {
+      channel_(rank, world, timeout, health),
+      pool_agreement_(rank, world, timeout, store, health) {
   c10::cuda::CUDAGuard guard(device_);
   // NOTE [setup agreement]: every rank reads its settings, then all state
   // ok-or-why before the first exchange below waits on a peer.
@@ -178,7 +175,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
   } catch (const std::exception& e) {
     my_error = e.what();
   }
-  const Rendezvous rdv = store_rendezvous(store_, timeout_);
+  const Rendezvous rdv = store_rendezvous(store, timeout_);
   const std::string why = agree_on_setup(rdv, "purlin/cuda/setup/agree/", rank_, world_, my_error);
   if (!why.empty()) throw std::runtime_error(why);
   const int me = rank_, W = world_;
@@ -201,7 +198,7 @@ CudaGroup::CudaGroup(int rank, int world, std::chrono::milliseconds timeout, c10
       device_,
       [side](size_t n) { return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(n, side.stream()); },
       [](void* p) { c10::cuda::CUDACachingAllocator::raw_delete(p); });
-  cu::check(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming), "cudaEventCreate");
+  order_.open();
   // The copy-engine Atom: used only if every rank can (the choice per
   // collective must be the same on all ranks).
   // The group uses the largest threshold any rank asks for; 0 anywhere: off.
@@ -271,49 +268,14 @@ CudaGroup::~CudaGroup() {
   if (abort_word_) health_->signal().detach(abort_word_);  // the workspace (and the word) may outlive the group in a CudaWork
   if (!ws_) return;
   c10::cuda::CUDAGuard guard(device_);
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (have_last_ && cudaStreamIsCapturing(last_stream_, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone)
-    cudaStreamSynchronize(last_stream_);
-  if (order_event_) cudaEventDestroy(order_event_);
+  order_.close();
   cudaGetLastError();
 }
 
 void CudaGroup::set_timeout(std::chrono::milliseconds t) {
   timeout_ = t;
   channel_.set_timeout(t);
-  if (pool_atom_) pool_atom_->set_timeout(t);
-}
-
-// NOTE [pool agreement on the host] Every block of the symmetric pool is
-// placed collectively (NOTE [pool agreement] in symmetric_pool.h): one or
-// more all-gathers of each rank's proposed offset. Through the Store each
-// costs a TCP round trip or more per rank, and FSDP2 with the process
-// group's allocator allocates several blocks per layer and step; the ranks of
-// a CUDA group share one host, so the proposals go through a shared-memory
-// arrival handshake instead (as all_to_all's split sizes: peer_meta()),
-// bounded by the group's timeout and naming the ranks that did not arrive.
-// Each message carries the pool's tag (call and attempt), so ranks that
-// allocate in different orders or sizes get an error, not a wrong block.
-std::vector<std::string> CudaGroup::pool_agree(const std::string& tag, const std::string& mine) {
-  constexpr size_t kBlob = 128;  // tag '\0' value '\0'
-  RECORD_FUNCTION("purlin::pool_agree", std::vector<c10::IValue>());  // the host wait for every rank, in profiles
-  if (!pool_broken_.empty()) throw std::runtime_error(pool_broken_);
-  if (!pool_atom_)
-    pool_atom_ =
-        make_shm_group("cuda-pool", rank_, world_, 4096, kBlob, timeout_, store_rendezvous(store_, timeout_), &health_->signal());
-  const uint64_t n = ++pool_seq_;
-  const atom::WaitSite site{"empty", "symmetric pool: agree on a block's offset with every rank", n};
-  try {
-    return snac::arrive_tagged(*pool_atom_, n, "symmetric pool step " + tag, mine, site,
-                               " (every rank must allocate the same sizes in the same order)");
-  } catch (const std::exception& e) {
-    pool_broken_ = e.what();
-    throw;
-  }
-}
-
-cu::SymmetricPool::AllGather CudaGroup::pool_exchange() {
-  return [this](const std::string& tag, const std::string& mine) { return pool_agree(tag, mine); };
+  pool_agreement_.set_timeout(t);
 }
 
 std::shared_ptr<cu::SymmetricPool> CudaGroup::pool() {

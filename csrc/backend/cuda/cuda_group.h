@@ -3,9 +3,12 @@
 // Atom, and the launches (internal to the CUDA glue; the backend sees only
 // cuda_engine.h's CudaEngine). Defined in cuda_group.cc (setup, device errors,
 // pool), cuda_group_host_checks.cc, cuda_group_plans.cc, cuda_group_launch.cc.
-// Its host channel (arrival, agreement, broken state, health record) and its
-// plan cache are the pieces the CPU engine uses too (backend/group/
-// group_channel.h, plan_cache.h).
+// Three parts are classes of their own that it owns: the pool's agreement
+// (pool_agreement.h), the plan cache and its memo (cuda_plan_cache.h) and the
+// order of its launches across streams (launch_order.h). Its host channel
+// (arrival, agreement, broken state, health record) and its plan cache are
+// the pieces the CPU engine uses too (backend/group/group_channel.h,
+// plan_cache.h).
 #pragma once
 
 #include <atomic>
@@ -28,18 +31,16 @@
 #include "atom/cuda/host/symmetric_pool.h"
 #include "atom/cuda/host/symmetric_workspace.h"
 #include "backend/cuda/cuda_engine.h"
+#include "backend/cuda/cuda_plan_cache.h"
+#include "backend/cuda/launch_order.h"
+#include "backend/cuda/pool_agreement.h"
 #include "backend/group/group_channel.h"
 #include "backend/group/group_health.h"
-#include "backend/group/plan_cache.h"
 #include "backend/group/protocol_table.h"
 #include "backend/group/request.h"
 #include "backend/group/symmetric_use.h"
 #include "lowering/protocol_choice.h"
 #include "snac/plan.h"
-
-namespace purlin::atom {
-class CpuAtom;
-}
 
 namespace purlin::backend {
 
@@ -68,7 +69,7 @@ class CudaGroup {
   // The group's symmetric pool, created by the first call (collective).
   std::shared_ptr<cu::SymmetricPool> pool();
   // What SymmetricPool::allocate agrees through (NOTE [pool agreement on the host]).
-  cu::SymmetricPool::AllGather pool_exchange();
+  cu::SymmetricPool::AllGather pool_exchange() { return pool_agreement_.exchange(); }
   // Whether blocks are placed locally, with no exchange (NOTE [local placement] in symmetric_pool.h).
   bool pool_local() const { return pool_local_; }
   const cu::SymmetricWorkspace::AllGather& exchange() const { return exchange_; }
@@ -90,14 +91,6 @@ class CudaGroup {
   }
 
  private:
-  struct CachedPlan {
-    lowering::ProtocolChoice choice;      // NOTE [protocol choice]: the plan, its shape and signature
-    snac::CallDescription call;           // the call it was chosen for (request.h's describe_call)
-    std::unique_ptr<cu::InlinePlan> inl;  // the lowered plan, when it fits a launch's parameters
-    cu::DevicePlanRef dev;                // otherwise
-    const std::string* protocol_name = nullptr;  // choice.protocol, in protocol_names_ (protocol_counts())
-  };
-
   // request.h's IoAlias of rq (and its shift), in the device lowering's terms.
   static cu::IoAlias alias_of(const Request& rq, int64_t* shift = nullptr);
   // "" or the RuntimeError text of the device error recorded in ws. `checked_calls`: NOTE [checked
@@ -110,26 +103,10 @@ class CudaGroup {
   static std::string own_device_error(const cu::SymmetricWorkspace& ws, std::chrono::milliseconds timeout,
                                       bool checked_calls);
   void read_settings(cu::SymmetricWorkspace::Options& opt, std::string& nccl_table);
-  // NOTE [eager host path] The last plan plan_for() returned for each
-  // (zero_copy, region), and the arguments it was for: a run of one
-  // collective (the eager loop, a training step's all_reduce of one bucket
-  // size) finds its plan without exchanging metadata, building the cache key
-  // string or hashing it. Every field plan_key() and plan_for() read from the
-  // call is compared; all_to_all (its splits are exchanged on every call)
-  // and custom specs never take it.
-  struct PlanMemo {
-    const CachedPlan* plan = nullptr;
-    const char* name = nullptr;  // Request::name: a literal per op
-    DType dtype = DType::Float32;
-    int root = 0;
-    int64_t in_numel = 0, out_numel = 0, shift = 0;
-    cu::IoAlias alias = cu::IoAlias::Disjoint;
-  };
 
   std::vector<PeerMeta> peer_meta(const Request& rq);
   void ce_check(const Request& rq, uint64_t sig);  // NOTE [copy-engine call check] (cuda_group_host_checks.cc)
   void settle_local_error(const Request& rq);     // NOTE [one-sided local errors] (cuda_group_host_checks.cc)
-  std::vector<std::string> pool_agree(const std::string& tag, const std::string& mine);
   // `all`: every rank's arguments (peer_meta()), or empty: filled here when needed.
   const CachedPlan& plan_for(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use, bool region);
   const CachedPlan& plan_for_key(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use, bool region,
@@ -141,7 +118,10 @@ class CudaGroup {
     bool reads_allowed = false;  // peers could read the Inputs in place (were they in the pool)
   };
   PoolUse pool_use(const Request& rq, std::vector<PeerMeta>& all);
-  void order_after_last(cudaStream_t s);
+  // The launch of `ch`'s lowered plan (`dev` in device memory, or else `inl`) with its
+  // kernel parameters prebuilt (NOTE [prebuilt kernel parameters]); made when the plan is cached.
+  cu::PreparedPlan prepare_kernel(const lowering::ProtocolChoice& ch, const cu::DevicePlanRef& dev,
+                                  const cu::InlinePlan* inl) const;
   // Counts a launch of `name` (a Request::name literal) running `protocol` (in protocol_names_).
   void count_launch(const char* name, const std::string* protocol);
   // NOTE [copy-engine zero-copy] (ce_atom.h): whether a collective whose
@@ -154,7 +134,6 @@ class CudaGroup {
 
   int rank_, world_, device_;
   std::chrono::milliseconds timeout_;
-  c10::intrusive_ptr<c10d::Store> store_;
   GroupHealth* health_;
   std::shared_ptr<const GroupContext> ctx_;  // NOTE [group settings]
   std::function<std::string()> break_reason_;  // health_->signal().reason_source(), made once
@@ -163,9 +142,7 @@ class CudaGroup {
   std::shared_ptr<cu::SymmetricWorkspace> ws_;
   std::optional<c10::cuda::CUDAStream> internal_;
   std::unique_ptr<cu::PlanStore> store_plans_;
-  // NOTE [plan caches]: inline plans are host-only, safe to drop any time; device plans may be in flight.
-  PlanCache<CachedPlan> plans_{1024, [](const CachedPlan& c) { return c.inl != nullptr; }};
-  PlanMemo memo_[5];  // by zero_copy * 2 + region; [4]: peer outputs
+  CudaPlanCache plans_;  // NOTE [plan caches], [eager host path]
   // pool_use()'s last Spec-dependent answer, and the call it was for (NOTE [eager host path]).
   struct UseMemo {
     bool valid = false;
@@ -189,12 +166,8 @@ class CudaGroup {
   // The hosts' channel (group_channel.h), made at setup: all_to_all's split sizes, NOTE [checked
   // calls], the copy-engine call check, settled local errors; the broken state; the health record.
   GroupChannel channel_;
-  std::unique_ptr<atom::CpuAtom> pool_atom_;  // pool offset agreement (shm_group.h), on first allocation
-  uint64_t pool_seq_ = 0;
-  std::string pool_broken_;  // a failed agreement: later allocations raise it
-  cudaStream_t last_stream_ = nullptr;
-  bool have_last_ = false;
-  cudaEvent_t order_event_ = nullptr;
+  PoolAgreement pool_agreement_;  // NOTE [pool agreement on the host]
+  LaunchOrder order_;             // NOTE [stream order]
   cu::SymmetricWorkspace::AllGather exchange_;
   std::shared_ptr<cu::SymmetricPool> pool_;
   std::string pool_error_;

@@ -1,6 +1,7 @@
-// cuda_group_launch.cc — CudaGroup::launch: the ordering of a group's
-// launches across streams, the plan kernel's launch, the copy-engine Atom's
-// (with its zero-copy sources), and the per-protocol launch counts.
+// cuda_group_launch.cc — CudaGroup::launch: the plan kernel's launch (its
+// parameters prebuilt per plan, patched per call), the copy-engine Atom's
+// (with its zero-copy sources), and the per-protocol launch counts; the order
+// of the launches across streams is launch_order.h's.
 #ifdef PURLIN_WITH_CUDA
 
 #include <algorithm>
@@ -89,25 +90,29 @@ void CudaGroup::launch_copy_engine(const Request& rq, const CachedPlan& c, int64
   }
 }
 
-// NOTE [stream order] Kernels of one group must not overlap on a rank (they
-// share the workspace and epochs). Launches on one stream are ordered by it;
-// when a launch goes to another stream than the previous one (current vs
-// internal stream, or the user switched streams), the new stream first waits
-// for everything queued so far on the old one. Not across graph capture
-// boundaries: inside a captured graph the capture's own order applies.
-void CudaGroup::order_after_last(cudaStream_t s) {
-  if (have_last_ && last_stream_ != s) {
-    cudaStreamCaptureStatus a = cudaStreamCaptureStatusNone, b = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(last_stream_, &a);
-    cudaStreamIsCapturing(s, &b);
-    if (a == cudaStreamCaptureStatusNone && b == cudaStreamCaptureStatusNone) {
-      cu::check(cudaEventRecord(order_event_, last_stream_), "cudaEventRecord");
-      cu::check(cudaStreamWaitEvent(s, order_event_, 0), "cudaStreamWaitEvent");
-    }
-    cudaGetLastError();
-  }
-  last_stream_ = s;
-  have_last_ = true;
+// Every field of the plan kernel's launch but the call's (NOTE [prebuilt kernel parameters]).
+cu::PreparedPlan CudaGroup::prepare_kernel(const lowering::ProtocolChoice& ch, const cu::DevicePlanRef& dev,
+                                           const cu::InlinePlan* inl) const {
+  cu::PlanLaunch l;
+  l.ops = dev.ops;
+  l.srcs = dev.srcs;
+  l.inline_plan = inl;
+  l.n_ops = static_cast<int>(ch.lowered.ops.size());
+  l.n_srcs = static_cast<int>(ch.lowered.srcs.size());
+  l.steps = ch.lowered.steps;
+  l.local_syncs = ch.lowered.local_syncs;
+  l.reduces = ch.reduces;
+  l.self = ws_->self();
+  l.layout = ws_->layout();
+  l.err = ws_->error_device();
+  l.rank = rank_;
+  l.threads = ch.threads;
+  l.blocks = ch.blocks;
+  l.lines = ch.lines;
+  l.wide_lines = ch.wide;
+  l.parity = ch.parity;
+  l.overlap = overlap_;
+  return cu::prepare_plan(l);
 }
 
 void CudaGroup::launch(Request& rq, cudaStream_t stream) {
@@ -152,7 +157,7 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
   const lowering::ProtocolChoice& ch = c.choice;
   if (ch.plan.rounds == 0) return;  // nothing moves on any rank
   // The caller (CudaEngine::run) holds a CUDAGuard on this group's device.
-  order_after_last(stream);
+  order_.order_after_last(stream);  // NOTE [stream order]
   // Pure copies of at least TORCH_PURLIN_CUDA_CE_BYTES go to the copy
   // engines (no SMs), except during graph capture (NOTE [copy-engine graphs]).
   if (ce_ && !ch.lines && !ch.parity && !ch.reduces && ch.spec_bytes >= ce_bytes_ && ce_->refusal(stream).empty()) {
@@ -168,45 +173,28 @@ void CudaGroup::launch(Request& rq, cudaStream_t stream) {
       return;
     }
   }
-  cu::PlanLaunch l;
-  l.ops = c.dev.ops;
-  l.srcs = c.dev.srcs;
-  l.inline_plan = c.inl.get();
-  l.n_ops = static_cast<int>(ch.lowered.ops.size());
-  l.n_srcs = static_cast<int>(ch.lowered.srcs.size());
-  l.steps = ch.lowered.steps;
-  l.local_syncs = ch.lowered.local_syncs;
-  l.reduces = ch.reduces;
-  l.input = rq.in;
-  l.output = rq.out;
-  l.self = ws_->self();
-  l.layout = ws_->layout();
-  l.err = ws_->error_device();
-  l.rank = rank_;
-  l.dtype = rq.dtype;
-  l.redop = rq.redop;
-  l.scale = rq.scale;
-  l.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
+  // NOTE [prebuilt kernel parameters]: the call's fields; the plan's are in c.kernel.
+  cu::PlanCall call;
+  call.input = rq.in;
+  call.output = rq.out;
+  call.dtype = rq.dtype;
+  call.redop = rq.redop;
+  call.scale = rq.scale;
+  call.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000ull;
   if (rq.name != last_name_) {  // NOTE [eager host path]: names are literals; intern each run of one once
     last_name_ = rq.name;
     last_name_id_ = cu::intern_name(rq.name);
   }
-  l.op_name = last_name_id_;
-  l.threads = ch.threads;
-  l.blocks = ch.blocks;
-  l.lines = ch.lines;
-  l.wide_lines = ch.wide;
-  l.parity = ch.parity;
-  l.call_sig = lowering::call_signature(ch.sig, pu.in_offset, pu.out_offset);
-  l.input_pool_offset = pu.in_offset;
-  l.output_pool_offset = pu.out_offset;
-  l.overlap = overlap_;
+  call.op_name = last_name_id_;
+  call.call_sig = lowering::call_signature(ch.sig, pu.in_offset, pu.out_offset);
+  call.input_pool_offset = pu.in_offset;
+  call.output_pool_offset = pu.out_offset;
   last_.protocol = ch.protocol;  // assigned in place: no allocation once the string has room
   last_.blocks = ch.blocks;
-  last_.threads = l.threads;
+  last_.threads = ch.threads;
   last_.overlapped = overlap_;
   count_launch(rq.name, c.protocol_name);
-  const cudaError_t e = cu::launch_plan(l, stream);
+  const cudaError_t e = cu::launch_prepared(c.kernel, call, stream);
   if (e != cudaSuccess) throw std::runtime_error(error_prefix(rq.name, rank_) + cu::cuda_error_text(e, "launching the plan kernel"));
 }
 

@@ -1,10 +1,12 @@
 // cuda_group_plans.cc — CudaGroup's plans: the symmetric-memory use of a call
 // (backend/group/symmetric_use.h), the Atom's protocol choice for it
-// (lowering/protocol_choice.h), the plan cache and its memo.
+// (lowering/protocol_choice.h), kept in the plan cache and its memo
+// (cuda_plan_cache.h).
 #ifdef PURLIN_WITH_CUDA
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "backend/cuda/cuda_group.h"
 #include "backend/group/symmetric_use.h"
@@ -49,18 +51,13 @@ CudaGroup::PoolUse CudaGroup::pool_use(const Request& rq, std::vector<PeerMeta>&
   return u;
 }
 
-const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use,
-                                                   bool region) {
+const CachedPlan& CudaGroup::plan_for(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use, bool region) {
   int64_t shift = 0;
   const cu::IoAlias alias = alias_of(rq, &shift);
   // NOTE [eager host path]: the same call as the last one of this kind.
-  PlanMemo& memo = memo_[use.write_peer_outputs ? 4 : (use.read_peer_inputs ? 2 : 0) + (region ? 1 : 0)];
-  const bool memoizable = !sizes_per_rank(rq) && !rq.custom && rq.out_splits.empty();
-  if (memoizable && memo.plan && memo.name == rq.name && memo.dtype == rq.dtype && memo.root == rq.root &&
-      memo.in_numel == rq.in_numel && memo.out_numel == rq.out_numel && memo.alias == alias && memo.shift == shift)
-    return *memo.plan;
+  if (const CachedPlan* memo = plans_.memoized(rq, use, region, alias, shift)) return *memo;
   const CachedPlan& c = plan_for_key(rq, all, use, region, alias, shift);
-  if (memoizable) memo = PlanMemo{&c, rq.name, rq.dtype, rq.root, rq.in_numel, rq.out_numel, shift, alias};
+  plans_.memoize(rq, use, region, alias, shift, c);
   return c;
 }
 
@@ -68,8 +65,8 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for(const Request& rq, std::vector<
 // (plan_key: op, element size, root, sizes, splits, custom hash), the aliasing, the pool's use and
 // the region request (PREMUL_SUM asks for none); two-shot and direct local reads follow from them and
 // the call's description.
-const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use,
-                                                       bool region, cu::IoAlias alias, int64_t shift) {
+const CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vector<PeerMeta>& all, SymmetricUse use,
+                                          bool region, cu::IoAlias alias, int64_t shift) {
   if (all.empty()) all = peer_meta(rq);
   std::string key = plan_key(rq, all);  // built on a memo miss: appended in place
   key += 'a';
@@ -96,11 +93,13 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
   c->call = call;
   c->choice = lowering::choose_protocol(spec, facts, settings_, rank_, static_cast<uint64_t>(rq.dtype));
   c->protocol_name = &*protocol_names_.insert(c->choice.protocol).first;
-  if (cu::fits_inline(c->choice.lowered)) {
-    c->inl = std::make_unique<cu::InlinePlan>();
-    cu::to_inline(c->choice.lowered, c->inl.get());
+  c->inline_plan = cu::fits_inline(c->choice.lowered);
+  if (c->inline_plan) {
+    const auto inl = std::make_unique<cu::InlinePlan>();
+    cu::to_inline(c->choice.lowered, inl.get());
+    c->kernel = prepare_kernel(c->choice, cu::DevicePlanRef{}, inl.get());  // a copy of inl goes into the parameters
   } else {
-    c->dev = store_plans_->upload(c->choice.lowered);
+    c->kernel = prepare_kernel(c->choice, store_plans_->upload(c->choice.lowered), nullptr);
   }
   if (debug_) {
     const lowering::ProtocolChoice& p = c->choice;
@@ -110,13 +109,9 @@ const CudaGroup::CachedPlan& CudaGroup::plan_for_key(const Request& rq, std::vec
                  rank_, spec.name.c_str(), p.protocol.c_str(), p.blocks, p.lowered.ops.size(), p.lowered.local_syncs,
                  static_cast<int>(std::count_if(p.lowered.ops.begin(), p.lowered.ops.end(),
                                                 [](const cu::DevOp& o) { return o.code == cu::kWait && o.own_slot; })),
-                 c->inl ? "inline" : "device", p.plan.describe().c_str());
+                 c->inline_plan ? "inline" : "device", p.plan.describe().c_str());
   }
-  bool dropped = false;
-  const CachedPlan& kept = plans_.insert(std::move(key), std::move(c), &dropped);
-  if (dropped)
-    for (PlanMemo& m : memo_) m = PlanMemo{};  // they may point at a dropped plan
-  return kept;
+  return plans_.insert(std::move(key), std::move(c));  // forgets the memo if it dropped plans
 }
 
 }  // namespace purlin::backend

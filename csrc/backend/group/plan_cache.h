@@ -1,6 +1,6 @@
 // plan_cache.h — the bounded plan cache both engines keep: the CPU engine's
 // SNAC plans (cpu_engine.h) and the CUDA group's lowered plans
-// (backend/cuda/cuda_group.h). Header-only, no torch headers.
+// (backend/cuda/cuda_plan_cache.h). Header-only, no torch headers.
 //
 // NOTE [plan caches] A plan is derived once per distinct call (its key:
 // request.h's plan_key() and the options the engine chose) and kept. A job
@@ -11,7 +11,7 @@
 // dropped plan costs microseconds to derive again. The CPU engine drops all of
 // them; the CUDA group drops only host-only (inline) plans, since a plan in
 // device memory may still be read by a kernel in flight. insert() says when
-// it dropped entries: a pointer kept to one (the CUDA group's memo, NOTE
+// it dropped entries: a pointer kept to one (CudaPlanCache's memo, NOTE
 // [eager host path]) must be forgotten then.
 #pragma once
 

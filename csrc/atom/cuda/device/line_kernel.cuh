@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(1024, kWide ? 0 : 1) line_kernel(const __grid_
   }
   WaitSite site{p.err, p.pad + L.broken(), p.timeout_ns, 0, p.rank, p.op_name};
   bool ok = true;
-  for (int q = tid; q < L.world; q += blockDim.x) {  // one q per thread: launch_plan checks threads >= world
+  for (int q = tid; q < L.world; q += blockDim.x) {  // one q per thread: prepare_plan checks threads >= world
     const uint64_t lseq = p.pad[L.lseq()], region = p.pad[L.peer_table(q)];
     if (q != p.rank) {
       const uint64_t pbase = p.pad[L.pbase()];

@@ -2,9 +2,10 @@
 //
 // Same semantics as snac::execute (executor.cc) with an Atom made of the
 // pieces next to this file: signal.cuh (Wait/Signal), copy.cuh (Copy),
-// reduce.cuh (Reduce). Shape: KernelParams (the memory it touches), the
-// kernel; launch_typed.cuh launches it (instantiated per element type in
-// plan_kernel_<family>.cu; the checked entry point is launch_plan).
+// reduce.cuh (Reduce). Shape: KernelParams (plan_kernel.h: the memory it
+// touches), the kernel; launch_typed.cuh launches it (instantiated per
+// element type in plan_kernel_<family>.cu; the checked entry points are
+// launch_prepared and launch_plan).
 //
 // NOTE [device reuse] A GPU collective has no host arrival handshake, so
 //   what NOTE [epochs] gets from it is rebuilt on the device: the last block
@@ -75,33 +76,6 @@ constexpr int kWideLines = 2;
 // 16-byte elements (complex128) are only ever copied.
 struct alignas(16) Pod16 {
   uint64_t lo, hi;
-};
-
-struct KernelParams {
-  InlinePlan inl;
-  const DevOp* ops;      // nullptr: use inl
-  const DevRef* srcs;
-  char* input;
-  char* output;
-  uint64_t* pad;         // this rank's signal pad (= its buffer)
-  ErrorRecord* err;
-  uint64_t steps;
-  uint64_t timeout_ns;
-  uint64_t call_sig;     // NOTE [call tags]
-  int64_t input_pool_offset;  // NOTE [zero-copy sources]; -1: Input is not in the pool
-  int64_t output_pool_offset; // NOTE [peer outputs]; -1: Output is not in the pool
-  double scale;
-  PadLayout layout;
-  int n_ops;
-  int n_srcs;            // NOTE [staged plan]; -1: not known (not staged)
-  uint32_t local_syncs;
-  int rank;
-  int redop;
-  uint32_t op_name;
-  uint32_t reuse_phase;  // interned phase name of the Done wait
-  uint32_t line_phase;   // interned phase name of a flagged-line poll
-  int lines;             // kNarrowLines / kWideLines: run the plan over flagged lines (line_kernel.cuh)
-  int parity;            // 1: a parity plan (NOTE [parity plans])
 };
 
 namespace detail {

@@ -14,7 +14,7 @@
 //   that another already freed; then every rank retries from the highest
 //   proposal, which converges to the first place free on every rank. The
 //   exchange's tag names the call, the attempt and the size, so an exchange
-//   that compares tags (CudaGroup's: NOTE [pool agreement on the host])
+//   that compares tags (PoolAgreement's: NOTE [pool agreement on the host])
 //   refuses ranks that allocate different sizes or in different orders.
 // NOTE [pool streams] A freed block comes back as the CUDA caching
 //   allocator's blocks do: at once for allocations on the stream it was
