@@ -310,6 +310,7 @@ def measure(shared, impl, mode, seed, args):
         time_calls(run, warmup, args)
         rec.update(launch_fields(impl, args))
         samples = impl.correct(time_calls(run, iters, args, batched=True), case)
+        rec.update(impl.fields(case))
     med = [0.0] * case.n
     med[case.rank] = statistics.median(samples) * 1e6
     rec["rank_median_us"] = agree(med, dist.ReduceOp.SUM)

@@ -78,6 +78,10 @@ class Impl:
         """Timed samples (seconds) as this impl reports them."""
         return samples
 
+    def fields(self, case):
+        """Extra JSON fields of this impl's record for `case`."""
+        return {}
+
     def launch(self):
         """purlin's last kernel launch on this group, or None for other impls."""
         return last_launch(self.group) if self.kind in ("purlin", "purlin-sym") else None
@@ -272,6 +276,11 @@ class Limit(Impl):
                 times.append((time.perf_counter() - t0) / 400)
             self.call_cost[copies] = min(times)
         return [max(0.0, x - self.call_cost[copies]) for x in samples]
+
+    def fields(self, case):
+        """copy_calls_us: the copies' per-call cost taken off (time_us + it: copies as torch calls)."""
+        cost = self.call_cost.get(LIMIT_COPIES[case.name](case.n))
+        return {} if cost is None else {"copy_calls_us": cost * 1e6}
 
 
 def make(label, backend, args):
