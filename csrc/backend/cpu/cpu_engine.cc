@@ -1,6 +1,7 @@
 // cpu_engine.cc — see cpu_engine.h.
 #include "backend/cpu/cpu_engine.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -33,6 +34,8 @@ void CpuEngine::ensure_atom(const char* op) {
     const env::Settings& settings = ctx_->settings;
     two_shot_bytes_ = two_shot_bytes(settings, "TORCH_PURLIN_CPU_TWO_SHOT_BYTES", world_);  // NOTE [protocol table]
     debug_ = settings.get_bool("TORCH_PURLIN_DEBUG");
+    round_bytes_ = settings.get_bytes("TORCH_PURLIN_CPU_ROUND_BYTES");  // NOTE [cpu rounds]
+    if (round_bytes_ < 4096) throw std::invalid_argument("TORCH_PURLIN_CPU_ROUND_BYTES must be at least 4K");
     ws = static_cast<size_t>(settings.get_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES"));
     if (ws < 4096) throw std::invalid_argument("TORCH_PURLIN_CPU_WORKSPACE_BYTES must be at least 4K");
     if (rank_ == 0) {  // NOTE [shm capacity]: rank 0 sizes every rank's workspace (make_shm_group publishes it)
@@ -77,8 +80,9 @@ const snac::Plan& CpuEngine::plan_for(const Request& rq, const std::vector<PeerM
   const snac::CallDescription call = describe_call(rq, spec);
   snac::PlanOptions opt;
   opt.align_elems = std::max<int64_t>(1, 64 / static_cast<int64_t>(esize));
-  opt.slot_elems =
-      static_cast<int64_t>(channel_.atom().workspace_bytes() / 2 / esize) / opt.align_elems * opt.align_elems;
+  const int64_t slot_bytes = std::min<int64_t>(static_cast<int64_t>(channel_.atom().workspace_bytes() / 2),
+                                               round_bytes_);  // NOTE [cpu rounds]
+  opt.slot_elems = slot_bytes / static_cast<int64_t>(esize) / opt.align_elems * opt.align_elems;
   opt.direct_local = direct_local_reads(rq, call, rank_);  // NOTE [direct local reads]
   opt.reduce_algo = runs_two_shot(call, static_cast<int64_t>(esize), world_, two_shot_bytes_)
                         ? snac::ReduceAlgo::TwoShot

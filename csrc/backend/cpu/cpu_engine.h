@@ -46,7 +46,18 @@ class CpuEngine {
   uint64_t step_base_ = 0;  // NOTE [epochs]
   PlanCache<snac::Plan> plans_{256};  // NOTE [plan caches]: every plan may be dropped
   int64_t two_shot_bytes_ = 0;
+  int64_t round_bytes_ = 0;  // NOTE [cpu rounds]
   bool debug_ = false;
 };
+
+// NOTE [cpu rounds] A call larger than TORCH_PURLIN_CPU_ROUND_BYTES per rank
+// runs in rounds of that size through the workspace's two slots, however big
+// the workspace. Two reasons, both measured on 2 cores
+// (benchmarks/results/cpu_tuning_*.md): a rank that only stages (broadcast's
+// root, reduce's and gather's non-roots) would otherwise leave its readers
+// idle until its whole input is staged, and the readers would then read bytes
+// that staging the rest pushed out of the caches (16M in one round: broadcast
+// 2.4x slower, all_reduce 1.3x). Every rank derives the same rounds: the
+// setting is agreed (Equal) and the workspace size is rank 0's.
 
 }  // namespace purlin::backend
