@@ -66,44 +66,19 @@
 //   i.e. finished reading everything of collective k.
 // NOTE [matched waits] — an Atom may run a plan on several workers per rank
 //   (the CUDA plan kernel's blocks), each taking its share of every Copy and
-//   Reduce by a rule of the op's element count alone, and each raising its
-//   own slot of a flag. A Wait then has to wait for the slots of all the
-//   peer's workers, unless what the waiting worker touches was touched only
-//   by the peer's worker of the same index. make_plan(match_waits) derives
-//   every rank's plan and looks at every pair of conflicting accesses (same
-//   Workspace elements, one writes) of different ops: a pair is *matched*
-//   when both ops access the same elements from the same offset with the
-//   same n, so worker b's share of one is worker b's share of the other. An
-//   op all of whose pairs are matched is clean. Every Wait is marked
-//   `matched` (each worker may wait for its own slot), and right before
-//   each unclean op the rank waits again, on all slots, for the highest
-//   value it waited for on each (peer, flag) since the last such catch-up.
-//   Why it is sound: in the all-slot protocol each conflicting pair is
-//   ordered by a chain of signals and waits; every worker executes every
-//   op, so for a matched pair (both on worker b) the same chain exists
-//   through worker b of every rank, which own-slot waits keep. An unmatched
-//   pair has an unclean op at both ends, each run after a catch-up: the
-//   chain's last wait before the later op is covered by its catch-up on all
-//   slots, and the chain's earlier hops exist through the worker of the
-//   earlier op. (With SNAC's round structure the emulator finds no race
-//   without the catch-ups, since the waits that order unmatched pairs lie
-//   between them; the argument needs them.) The end of a launch joins all of a
-//   rank's workers, so what follows a plan (an overwritten zero-copy input,
-//   the next collective) sees every peer worker through the union of the
-//   workers' own-slot waits. Accesses of one rank to its own Workspace
-//   across workers are ordered by the Atom's local barriers (lowering/device_plan.h
-//   NOTE [local barriers]) and are not pairs here. A peer's plan is derived
-//   with direct_local = false (its rank-invariant layout, staging every own
-//   piece: a superset of the Workspace accesses of either choice). A pair
-//   of accesses in rounds i < k is not looked at when a write cut like the
-//   earlier access (same elements, same offset, same n) lies in a round
-//   between them: the slot protocol orders the three in round order, the
-//   earlier pair is matched and the later one is looked at itself. Workers
-//   then pipeline independently: worker b of one rank consumes round j
-//   while worker c of the peer still stages it. Rounds are cut to equal
-//   sizes (planner.cc round_cut) so that rounds j and j + 2 lay the same
-//   pieces on the same slot; only ops that meet the last, shorter round
-//   (its own and those of round K - 3 on its slot) are unclean.
+//   Reduce by a rule of the op's element count alone and raising its own slot
+//   of a flag. A Wait then waits only for its own worker's slot of the peer
+//   (`matched`) when what it orders was touched by the peer's worker of the
+//   same index; make_plan(match_waits) proves that per pair of conflicting
+//   Workspace accesses of different ops (matched: same elements, same offset,
+//   same n), and before each op with an unmatched pair (unclean) the rank
+//   waits again on all slots for the highest value it waited for on each
+//   (peer, flag) since the last such catch-up. Sound because every worker
+//   executes every op: a matched pair keeps its ordering chain through worker b
+//   of every rank, and an unmatched one is covered by the catch-ups at both
+//   ends. Workers then pipeline independently; rounds are cut to equal sizes
+//   (planner.cc round_cut) so that only ops meeting the last, shorter round
+//   are unclean. Details and the proof: docs/DESIGN.md, "Matched waits".
 #pragma once
 
 #include <cstdint>

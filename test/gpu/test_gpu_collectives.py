@@ -6,7 +6,9 @@ every case in sequence and writes one line per case; the pytest functions
 below then report the cases family by family, so the whole suite pays for
 process start-up and NCCL initialisation once. The families live in
 gpu_collectives/, one module per concern (ops, streams, settings, pool,
-protocols, custom, errors), each a run(c) over the worker's context.
+protocols, custom, errors): each case a function of the worker's context c,
+each family a listing that yields its cases (the module's FAMILIES), and
+Runner.run_families runs them in order.
 
 Reference: NCCL in the same processes (the default group is
 "cpu:gloo,cuda:nccl"), plus a float64/int64 CPU reduction of every rank's
@@ -33,12 +35,8 @@ from gpu_collectives.checks import PURLIN_TIMEOUT, make_input
 WORLD = int(os.environ.get("PURLIN_GPU_WORLD", "2"))  # ranks = GPUs used (tools/gpu.sh NPROC)
 SUITE_TIMEOUT_S = float(os.environ.get("PURLIN_GPU_SUITE_TIMEOUT", "240"))
 
-FAMILIES = (
-    "all_reduce", "reduce", "broadcast", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
-    "all_to_all_single", "gather", "scatter", "barrier", "unaligned", "small_workspace", "async", "graph",
-    "mixed_backend", "setup_agreement", "counters", "fallback", "protocol_table", "zero_copy", "peer_outputs", "push",
-    "lines", "parity", "overlapped_launch", "block_counts", "call_tag", "timeout", "custom_collectives",
-)
+MODULES = (ops, streams, settings, pool, protocols, custom, errors)  # the order the worker runs them in
+FAMILIES = tuple(name for module in MODULES for name, _ in module.FAMILIES)
 
 
 # ---- the worker -----------------------------------------------------------------------
@@ -65,8 +63,8 @@ def _worker(rank, world, init_file, log_path):
         return [make_input(s, r, n, dtype, op) for r in range(W)]
 
     c = SimpleNamespace(rank=rank, W=W, dev=dev, R=R, pg=pg, host=host, nccl=nccl, shared=shared, inputs=inputs)
-    for families in (ops, streams, settings, pool, protocols, custom, errors):
-        families.run(c)
+    for module in MODULES:
+        R.run_families(c, module.FAMILIES)
 
     torch.cuda.synchronize()
     dist.barrier(group=host)

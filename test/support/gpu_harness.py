@@ -9,6 +9,11 @@ process start-up and NCCL initialisation once.
     check_family(suite, "all_reduce")       # in a parametrized test
     check_exited_cleanly(suite)
 
+Cases are module-level functions of the worker's context c; a family is a
+listing (a generator registered with family_registry's decorator) that yields
+Case(name, fn, *args) items, and Runner.run_families runs the families in order
+(each case as fn(c, *args)).
+
 The worker is called as worker(rank, world, init_file, log_path). Workers
 share assert_equal (exact comparison naming the first differing element) and
 purlin_group (a group whose CUDA engine is created under given env settings).
@@ -123,6 +128,41 @@ def purlin_group(timeout, **env):
     return torch_purlin.group_with_settings(env, timeout=timeout, device="cuda")
 
 
+class Case:
+    """One case of a family: fn(c, *args) under `name`, c being the worker's context; after_all: it checks
+    what every earlier family did (Runner.check_after_all)."""
+
+    def __init__(self, name, fn, *args, after_all=False):
+        self.name, self.fn, self.args, self.after_all = name, fn, args, after_all
+
+
+class Skip:
+    """A family's note that it does not run here, and why (Runner.skip)."""
+
+    def __init__(self, reason):
+        self.reason = reason
+
+
+def family_registry():
+    """(families, family): a module's list of (name, listing) and the decorator that appends to it.
+
+        FAMILIES, family = family_registry()
+
+        @family("all_reduce")
+        def all_reduce_cases(c):      # yields Case and Skip items; may make a group first
+            yield Case("f32 n=7", all_reduce_case, c.pg, torch.float32, 7)
+    """
+    families = []
+
+    def family(name):
+        def add(listing):
+            families.append((name, listing))
+            return listing
+        return add
+
+    return families, family
+
+
 class Runner:
     """Runs one case after another in a worker; every outcome becomes a JSON line."""
 
@@ -162,6 +202,19 @@ class Runner:
                       case=name)
             return
         self.check(name, fn, *args)
+
+    def run_families(self, c, families):
+        """Runs the (name, listing) families in order, each case as fn(c, *args). A listing is a generator
+        read lazily, so what it does between its cases (making a group) happens between them, on every rank."""
+        for name, listing in families:
+            self.family = name
+            for item in listing(c):
+                if isinstance(item, Skip):
+                    self.skip(item.reason)
+                elif item.after_all:
+                    self.check_after_all(item.name, item.fn, c, *item.args)
+                else:
+                    self.check(item.name, item.fn, c, *item.args)
 
     def skip(self, reason, case="skipped"):
         """Records that the current family (or one case of it) does not run here, and why; a family all of

@@ -5,11 +5,15 @@ collects every rank's case lines, reports a failing case with its rank and
 traceback, notices a rank that ran fewer cases, reports a family every rank
 skipped as skipped (and one skipped by some ranks only as a failure), runs
 only the families PURLIN_GPU_FAMILIES names (skipping a case over every earlier family
-when it leaves one out), and flags a worker's exit code.
+when it leaves one out), and flags a worker's exit code; and that run_families
+runs registered family listings in order, lazily, each case with the context.
 """
 import pytest
 
-from gpu_harness import Runner, check_exited_cleanly, check_family, run_suite
+import json
+from types import SimpleNamespace
+
+from gpu_harness import Case, Runner, Skip, check_exited_cleanly, check_family, family_registry, run_suite
 
 
 def _fake_worker(rank, world, init_file, log_path):
@@ -93,3 +97,41 @@ def test_missing_family_and_exit_codes(suite):
     with pytest.raises(AssertionError):
         check_exited_cleanly(suite)
     assert suite["exitcodes"] == [0, 3]
+
+
+def test_run_families_in_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("PURLIN_GPU_FAMILIES", "first,third")
+    FAMILIES, family = family_registry()
+    seen = []
+
+    def case(c, x):
+        seen.append(("case", x, c.R.seed()))
+
+    @family("first")
+    def first(c):
+        seen.append(("setup", "first"))  # between cases, as written: a group made for the next ones
+        yield Case("one", case, 1)
+        seen.append(("setup", "between"))
+        yield Case("two", case, 2)
+
+    @family("second")
+    def second(c):
+        seen.append(("setup", "second"))  # a listing left out by PURLIN_GPU_FAMILIES still runs its setup
+        yield Case("never", case, 0)
+
+    @family("third")
+    def third(c):
+        yield Case("over every family", case, 3, after_all=True)
+        yield Skip("no NCCL")
+
+    path = tmp_path / "rank0.jsonl"
+    R = Runner(0, str(path))
+    R.run_families(SimpleNamespace(R=R), FAMILIES)
+    R.out.close()
+    assert [name for name, _ in FAMILIES] == ["first", "second", "third"]
+    assert seen == [("setup", "first"), ("case", 1, 1), ("setup", "between"), ("case", 2, 2), ("setup", "second")]
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["family"], r["case"], bool(r.get("skipped"))) for r in rows] == [
+        ("first", "one", False), ("first", "two", False), ("second", "skipped", True),
+        ("third", "over every family", True), ("third", "skipped", True)]
+    assert "left out second" in rows[3]["skipped"] and rows[4]["skipped"] == "no NCCL"

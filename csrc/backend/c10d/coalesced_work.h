@@ -1,28 +1,19 @@
 // coalesced_work.h — the Work that endCoalescing() returns for a block of ops.
 //
-// NOTE [coalescing] torch's _coalescing_manager (and batch_isend_irecv, which
-// uses it for backends that support coalescing) calls startCoalescing(), then
-// each op, then endCoalescing(), and hands the caller only the Work that
-// endCoalescing() returns (the ops' own Works are dropped, also the fast-path
-// all_reduce_coalesced's). So that Work must cover every op of the block.
-// PurlinBackend runs each op as it is called (natively, or on the fallback,
-// which for CUDA point-to-point is NCCL: there the block is forwarded as
-// NCCL's own coalescing, since sends and receives of a ring must be issued as
-// one group) and keeps their Works; endCoalescing() returns the only one, or
-// this Work over all of them: wait() / synchronize() wait for each (CUDA
-// Works make the current stream wait), isCompleted() when all are.
-// Errors inside a block are raised by endCoalescing(), not by the op: torch's
-// _coalescing_manager clears its block state (_world.pg_coalesce_state) only
-// when its body ends normally, just before calling endCoalescing(); an
-// exception escaping the body leaves the state set, and from then on torch
-// itself records the group's all_reduce, all_gather_into_tensor and
-// reduce_scatter_tensor calls instead of running them (a synchronous
-// all_reduce returned the rank's own input; an async one an IllegalWork). So
-// an op inside a block that fails in purlin (natively: on every rank alike;
-// on the fallback: StagedBackend, NOTE [fallback arguments]) records its error
-// and returns a completed Work, and endCoalescing() ends every fallback's block
-// and raises the first error. Exceptions raised before purlin is called (torch's
-// dispatcher or Python checks) still leave torch's state set: torch's to fix.
+// NOTE [coalescing] torch's _coalescing_manager (and batch_isend_irecv)
+// hands the caller only the Work endCoalescing() returns, so that Work must
+// cover every op of the block: PurlinBackend runs each op as it is called
+// (natively, or on the fallback, which for CUDA point-to-point forwards the
+// block as NCCL's own coalescing: a ring's sends and receives must be one
+// group) and endCoalescing() returns the only Work or this one over all of
+// them. Errors inside a block are raised by endCoalescing(), not by the op:
+// torch clears its block state only when the block's body ends normally, and
+// an exception escaping it leaves torch recording the group's later calls
+// instead of running them. So an op that fails in purlin inside a block
+// records its error and returns a completed Work; endCoalescing() ends every
+// fallback's block and raises the first error. Exceptions raised before purlin
+// is called still leave torch's state set: torch's to fix.
+// Details: docs/DESIGN.md, "Coalescing".
 #pragma once
 
 #include <vector>

@@ -3,48 +3,20 @@
 // across hosts (the engine, gloo for CPU tensors, moving bytes).
 //
 // NOTE [hierarchical collectives]
-// A group of H hosts with L ranks each, L >= 2 (NOTE [groups spanning hosts]
-// in spanning_ops.cc sends uneven hosts, one rank per host, sizes below the
-// hierarchical rows and ops without a form here to the flat forms). Rank
-// (h, l) is the l-th rank of host h (NOTE [host map]: any placement of ranks,
-// contiguous or not). Two kinds of subgroups, made when the map finds several
-// hosts, through the parent's Store under their own prefixes: `within` = the
-// purlin group of one host's L ranks (Specs, SNAC and the CPU Atom as for any
-// purlin group), `across` = the engine's group of the H ranks of local index
-// l, whose rank is the host's index. Arguments were agreed by every rank of the
-// group before (NOTE [call agreement]); every tensor here is 1-D, contiguous.
-//   all_reduce      pad to L equal chunks; within: reduce_scatter_tensor (rank
-//                   l holds chunk l reduced over its host); across: all_gather
-//                   of that chunk as bytes, reduced here in ascending host
-//                   order; within: all_gather_into_tensor. Every rank sends
-//                   1/L of the tensor across hosts.
-//   all_gather      across: all_gather of the input as bytes (rank (h, l) gets
-//                   the inputs of ranks (*, l)); within: all_gather of those;
-//                   then the blocks, ordered [l][h], are placed at their ranks.
-//   reduce_scatter  the mirror: input blocks reordered [l][h]; within:
-//                   reduce_scatter_tensor (rank l: blocks (l, *) reduced over
-//                   the host); across: all_to_all of those as bytes (host h
-//                   gets every host's block (l, h)), reduced here in ascending
-//                   host order: this rank's own block.
-// Reductions. The within part reduces with the op itself, except AVG (SUM):
-// PREMUL_SUM's factors are applied there, each once, by the rank that owns it.
-// The across part combines the hosts' partial results with purlin's own CPU
-// reduction (atom/cpu/reduce_cpu.h): SUM for SUM, AVG and PREMUL_SUM, the op
-// itself otherwise, with purlin's semantics (NaN propagates through MIN and
-// MAX; bool SUM is "or", PRODUCT "and", stored as 0 or 1), on any dtype purlin
-// has (the engine only moves bytes). AVG divides once, at the end, by the
-// world size. Integer results, MIN, MAX and bool are therefore exactly what
-// one host gives; float sums and products differ from one host's rank-order
-// fold only by association (partial results per host, each rounded to the
-// dtype: half and bfloat16 round once per host, not once in all).
-// Size. The hierarchical rows of the protocol table (hierarchical_rows in
-// protocol_table.h) say from which size each family runs this way (broadcast:
-// never, the flat broadcast measured faster); smaller calls run flat.
-// Counters: the parts within hosts are the host group's own (counters() shows
-// them as "<op> within hosts", native), each part across hosts counts one
-// fallback call of "<op> across hosts", logged once with the reason.
-// CUDA tensors never come here: NCCL, the engine for them, is itself
-// hierarchical across nodes (rings and trees over NVLink and the network).
+// A group of H hosts with L >= 2 ranks each (NOTE [groups spanning hosts] sends
+// every other shape, and sizes below the hierarchical rows, to the flat forms)
+// runs all_reduce, all_gather and reduce_scatter as a part within each host
+// (`within`: the purlin group of the host's L ranks) and a part across hosts
+// (`across`: the engine's group of the H ranks of one local index), so that
+// every rank sends only 1/L of the data across hosts. Arguments were agreed
+// before (NOTE [call agreement]); every tensor here is 1-D and contiguous.
+// The engine only moves bytes: the across part combines the hosts' partial
+// results with purlin's own CPU reduction in ascending host order, so purlin's
+// semantics hold on every dtype, integer, MIN, MAX and bool results equal one
+// host's, and float sums differ from one host's fold only by association (one
+// rounding per host). AVG divides once, at the end; PREMUL_SUM's factors are
+// applied within, once. CUDA tensors never come here (NCCL is hierarchical
+// itself). Details: docs/DESIGN.md, "Hierarchical collectives".
 #include <cstring>
 
 #include <ATen/ATen.h>

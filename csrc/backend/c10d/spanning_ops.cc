@@ -4,30 +4,19 @@
 // NOTE [groups spanning hosts]
 // A group whose ranks span hosts (NOTE [host map]) does what the same group
 // does on one host: every op and dtype purlin serves natively there, with the
-// same results and the same errors. Each collective
-// 1. is agreed first (NOTE [call agreement]): one small exchange on the
-//    engine, after which a rank's bad argument raises on every rank, naming
-//    the ranks and values, before any data moves; the group stays usable;
-// 2. packs its tensors into 1-D contiguous ones (lists concatenated, strided
-//    and 1-element views copied: spanning_util.h), and unpacks the results;
-// 3. runs hierarchically (NOTE [hierarchical collectives]) where hosts hold
-//    equal numbers of ranks, at least two each, and the hierarchical rows say
-//    so for its size, else flat (flat_across.cc): the engine's group of every
-//    rank moves the data as bytes (any dtype, any layout, any split), and
-//    reductions reduce-scatter the bytes, combine them with purlin's own CPU
-//    reduction in ascending rank order, and all_gather the result.
-// The engine (gloo) thus never reduces: purlin's semantics hold across hosts
-// (NaN propagates through MIN and MAX, bool stays 0 or 1, int16, complex and
-// PREMUL_SUM work), and the flat forms give exactly what one host's group
-// gives, bit for bit: the same left fold in rank order. Against the engine's
-// own reductions, float sums may differ in the last bit at 3 or more ranks
-// (gloo's ring adds in another order). What purlin serves nowhere (a dtype
-// neither purlin nor gloo has, complex MIN/MAX, AVG of integers) raises
-// purlin's error on every rank through the agreement. Ops purlin leaves to
-// the fallback on one host (bitwise reductions, sparse tensors, dtypes only
-// gloo has, TORCH_PURLIN_FORCE_FALLBACK) run flat on it as there.
-// Counters: a flat call counts one fallback call of the op (its data moved
-// by the engine); a hierarchical one its parts (hierarchical.cc).
+// same results and the same errors. Each collective is agreed first (NOTE
+// [call agreement]: a bad argument raises on every rank before any data
+// moves), packs its tensors into 1-D contiguous ones, and runs hierarchically
+// (NOTE [hierarchical collectives]) where hosts hold equal numbers of ranks, at
+// least two each, and the hierarchical rows say so for its size, else flat
+// (flat_across.cc: the engine moves bytes; reductions reduce-scatter the bytes,
+// combine them with purlin's CPU reduction in ascending rank order and
+// all_gather the result). The engine (gloo) never reduces, so purlin's
+// semantics hold across hosts and the flat forms give one host's result bit for
+// bit. What purlin serves nowhere raises purlin's error on every rank; what it
+// leaves to the fallback on one host runs flat on it. Counters: a flat call
+// counts one fallback call; a hierarchical one its parts.
+// Details: docs/DESIGN.md, "Groups spanning hosts".
 #include <cstring>
 
 #include <ATen/ATen.h>

@@ -1,36 +1,20 @@
 // split_group.cc — groups split from a purlin group (PurlinBackend::split).
 //
 // NOTE [split groups]
-// torch makes a subgroup by splitting its parent when the parent says it can
-// (Backend::supportsSplitting) and the default group is bound to a device:
-// `init_process_group(backend="purlin", device_id=...)` followed by
-// `dist.split_group(...)` or `init_device_mesh("cuda", ...)`, the way
-// torchtitan starts. Without split() DeviceMesh raised there ("does not support
-// splitting"), although new_group() made the same groups.
-// - A purlin subgroup needs nothing from its parent's connections: split()
-//   builds a new PurlinBackend with the member's index in the sorted `ranks` as
-//   its rank, `opts->timeout` as its timeout, `opts`' settings (NOTE [group
-//   settings]) and its own fallbacks. Like any purlin group it agrees on its
-//   settings with its members as it is made (NOTE [setup agreement]) and
-//   connects at its first collective.
-// - Its store is the parent's, prefixed "purlin_split_<n>_<ranks>/", n counting
-//   the splits asked of the parent: every rank of the parent takes part in every
-//   split (torch's contract; a rank in no part is asked for the first part and
-//   gets nullptr, torch's None), so n agrees across ranks. Not the store torch
-//   passes: its prefix is the new group's name, which hashes the ranks with the
-//   number of groups this process has joined, so it differs between two members
-//   when only one of them joined an earlier group (a split or new_group that left
-//   the other out). NCCL never notices (its split goes through the parent's
-//   communicator); purlin's members waited for each other under different keys
-//   (2026-12-02: a DeviceMesh at world 4 hung after such a split).
-// - The non-members' "no color" split that new_group() asks of a device-bound
-//   group (`perform_nocolor_split`) has nothing to do (bindings.cc).
-// - One PurlinBackend serves both the CPU and the CUDA tensors of a group, and
-//   ProcessGroup::splitGroup asks every device type's backend for the split:
-//   the same backend is asked twice with the same store. The second time counts
-//   no split and returns the first child, so the new group has one backend, as
-//   one made by new_group() has. (last_split_store_ keeps that store alive, so a
-//   later split's store cannot reuse its address.)
+// torch splits a device-bound default group to make subgroups
+// (dist.split_group, init_device_mesh: how torchtitan starts), so purlin
+// supports Backend::split(). A purlin subgroup needs nothing from its parent's
+// connections: split() builds a new PurlinBackend (rank = the member's index in
+// the sorted ranks, opts' timeout and settings, its own fallbacks), which agrees
+// on its settings and connects like any group. Its store is the parent's,
+// prefixed "purlin_split_<n>_<ranks>/" with n counting the splits asked of the
+// parent, which every rank takes part in, so n agrees across ranks; never the
+// store torch passes, whose prefix can differ between two members that joined
+// different groups before (docs/DESIGN.md, traps). The non-members' "no color"
+// split has nothing to do. One PurlinBackend serves both device types, so torch
+// asks it twice with the same store: the second time counts no split and
+// returns the first child (last_split_store_ keeps that store alive, so a later
+// split's store cannot reuse its address).
 #include <algorithm>
 #include <string>
 

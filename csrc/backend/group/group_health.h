@@ -3,49 +3,20 @@
 //
 // NOTE [group health]
 // A group that one rank finds unusable is unusable on every rank, and a peer
-// process that is gone leaves the group unusable too; without telling each
-// other, the other ranks would learn it only at the group's timeout (10 min
-// by default). So each shared-memory channel of a group (group_channel.h: the
-// CPU engine's, the CUDA group's) carries a HealthRecord per rank, in that
-// rank's own segment (CpuAtom's owner area), written by that rank only:
-//   state      kHealthy once the identity below is written (before any peer
-//              maps the segment), then at most one verdict: kBroken (this
-//              rank found the group unusable: `reason` says how), kAborted
-//              (its abort()), kLeft (it shut the group down). Release store,
-//              acquire load; the first verdict stays.
-//   identity   group rank, global rank, pid, and the process's start time
-//              (NOTE [peer liveness] in peer_liveness.h).
-//   heartbeat  bumped at every watcher pass (liveness where a pid cannot be
-//              watched).
-// A rank publishes only what it found itself: a host wait that timed out, a
-// device timeout or call-tag mismatch in its CUDA error record, a one-sided
-// argument error that could not be settled, abort(), its shutdown. What it
-// learns from a peer it does not repeat: every rank watches every peer itself.
-// One thread per process (health_watcher.h) visits every watched group every
-// 50 ms: it bumps the heartbeats, reads the CUDA error record of each CUDA
-// group (a probe: what this rank's kernels found, published without waiting
-// for the rank's next call), then each peer's verdict and each peer's process.
-// The first verdict a rank meets raises the group's AbortSignal with its
-// reason, naming the rank (group rank, global rank where it differs, pid):
-// the host waits of the group's shared-memory Atoms end within about a
-// millisecond and the device waits through their abort words (NOTE [device
-// abort]), each error naming that reason and what this rank was waiting for;
-// every later collective of the group raises "the group is unusable after an
-// earlier failure: <reason>" (group_channel.h). A collective pays for this a
-// relaxed increment of its count, one relaxed load (AbortSignal::raised) and
-// one acquire load of each peer's state word; nothing else runs on its path.
-// A rank that shut the group down (kLeft) had finished every collective it
-// took part in (the CUDA group waits for its last kernel first) and records
-// how many it began (`calls`). A peer still in one of those calls can finish
-// it without the rank (a rooted collective's non-root leaves once its data is
-// staged: a reduce's root may still be consuming it), so a peer breaks only
-// once it begins a collective beyond them: one that can never complete. Until
-// then the departed rank's process may also end without breaking the group.
-// Each rank counts its group's collectives (begin_call(), at the start of
-// every native collective of either engine); ranks that make the same calls
-// count alike.
-// Not fork-aware (as shm_segment.h): only the process that made a group
-// writes its records.
+// process that is gone leaves the group unusable too: without that, the other
+// ranks would learn it only at the group's timeout (10 min by default). So each
+// shared-memory channel of a group carries a HealthRecord per rank, written by
+// that rank only: kHealthy, then at most one verdict (kBroken with a reason,
+// kAborted, kLeft), plus its identity and a heartbeat. A rank publishes only
+// what it found itself; every rank watches every peer itself (one thread per
+// process, health_watcher.h, every 50 ms). The first verdict a rank meets raises
+// the group's AbortSignal with its reason, naming the rank: the group's host and
+// device waits end at once, and every later collective raises "the group is
+// unusable after an earlier failure: <reason>". A collective pays one relaxed
+// increment, one relaxed load and one acquire load per peer. A rank that left
+// (kLeft) breaks the group for a peer only once that peer begins a collective
+// beyond those the rank began (`calls`): one that can never complete.
+// Not fork-aware. Details: docs/DESIGN.md, "Group health".
 #pragma once
 
 #include <atomic>

@@ -16,35 +16,22 @@ namespace purlin::backend {
 
 // NOTE [protocol table] Purlin picks a protocol per collective, size and
 // world size: flagged lines, parity plans, one-shot or two-shot workspace
-// plans (CudaGroup, launch_config*.cu) and, where NCCL measured faster and
-// nothing of Purlin's does better yet, NCCL itself. The rows that move with
-// the world size are read from two variables whose items may name a world:
-// - TORCH_PURLIN_CUDA_NCCL_FROM, family=bytes or family@W=bytes items: a CUDA
-//   collective whose name is the family or starts with family + "_" (the
-//   longest family wins: reduce_scatter_tensor is reduce_scatter's, not
-//   reduce's) and whose larger side (the rank's inputs or its outputs, all
-//   tensors summed) holds at least that many bytes runs on the NCCL
-//   fallback, counted and logged once like any fallback. A family@W row
-//   replaces the family's row in groups of W ranks.
-// - TORCH_PURLIN_CUDA_TWO_SHOT_BYTES, bytes or @W=bytes items: all_reduce of
-//   at least that many bytes runs two-shot; an @W item replaces the plain one
-//   in groups of W ranks. At W = 2 one-shot and two-shot move the same bytes
-//   over the links (each rank sends its whole tensor), at W > 2 one-shot
-//   sends W-1 times as many.
-// Ops whose ranks legitimately pass different sizes (gather, scatter,
-// all_to_all with split sizes) never consult the NCCL rows, so the decision
-// is the same on every rank; both variables must be equal on every rank
-// (NOTE [settings across ranks] in common/env.h: compared when the group is
-// made), and the two-shot threshold is also in the call signature. The defaults
-// come from benchmarks/results on 2x H200 (cuda_h200x2_20261201q_large.md:
-// with matched waits all_gather and, pushing, reduce_scatter beat NCCL to 1G,
-// all_to_all to 256M; broadcast from 64M ties and keeps NCCL's few SMs;
-// all_reduce one-shot pushed beats NCCL at 64M-256M at W = 2, hence
-// all_reduce@2 and two-shot never at W = 2) and apply to every world size not
-// named until measured on more GPUs.
-// A group whose ranks span hosts (NOTE [host map]) has rows of its own, in the
-// same form but compiled in (hierarchical_rows below): from which size a CPU
-// collective runs hierarchically instead of flat on gloo.
+// plans and, where NCCL measured faster and nothing of Purlin's does better yet,
+// NCCL itself. The rows that move with the world size come from two variables
+// whose items may name a world (a family@W or @W item replaces the plain one
+// in groups of W ranks):
+// - TORCH_PURLIN_CUDA_NCCL_FROM (family=bytes): a CUDA collective of that
+//   family (the longest family name that prefixes it) whose larger side holds
+//   at least that many bytes runs on the NCCL fallback;
+// - TORCH_PURLIN_CUDA_TWO_SHOT_BYTES (bytes): all_reduce from that size runs
+//   two-shot.
+// The decision must be the same on every rank: ops whose ranks pass different
+// sizes never consult the NCCL rows, both variables must be equal on every rank
+// (NOTE [settings across ranks]), and the two-shot threshold is in the call
+// signature. The defaults are measured (docs/PERFORMANCE.md, "Where each
+// default comes from") and apply to every world size not named. A group whose
+// ranks span hosts has compiled-in rows of the same form (hierarchical_rows):
+// from which size a CPU collective runs hierarchically instead of flat.
 class NcclTable {
  public:
   // Parses "family[@W]=bytes,..." ("" or "none": no rows) and keeps the rows

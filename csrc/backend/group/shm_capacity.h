@@ -2,35 +2,19 @@
 // what to tell the user when /dev/shm is too small. Torch-free.
 //
 // NOTE [shm capacity] Every segment reserves its pages when it is made (NOTE
-// [reserved segments] in atom/cpu/shm_segment.h), so /dev/shm's size is a
-// fact of a group's setup, not a SIGBUS in a collective. The CPU engine's
-// segments are by far the largest (TORCH_PURLIN_CPU_WORKSPACE_BYTES per rank,
-// 32M by default, against a container's 64 MB /dev/shm), so the group sizes
-// its workspace once, at its first collective, before any segment exists:
-//   who       rank 0 decides, from statvfs of its /dev/shm (the one every rank
-//             of the group shares, NOTE [host map]), and publishes the size
-//             with the segments' token (make_shm_group), so every rank lays
-//             out its segment alike (plans slice the workspace by its size);
-//   needs     world x the page-rounded segment (NOTE [cpu segment layout]),
-//             plus kHeadroomPerRank per rank for the group's other, small
-//             segments (the CUDA engine's host channels, a later group's
-//             host probe);
-//   default   (the variable unset) the default if its needs fit the free
-//             bytes; else the largest of default/2, /4, ... down to kFloor
-//             whose needs fill at most half the free bytes, leaving the rest
-//             to groups made later (subgroups, a DeviceMesh's dimensions,
-//             each shrinking the same way); else kFloor if it fits at all.
-//             A smaller workspace only pipelines large tensors in more
-//             rounds. Rank 0 logs the choice once (TORCH_PURLIN_LOG);
-//   explicit  (set in the environment or the group's options) used as given
-//             if it fits, else refused: a value someone chose is not changed
-//             behind their back;
-//   too small every rank raises at setup (NOTE [setup agreement]: rank 0's
-//             reason reaches all), naming /dev/shm's size and free bytes, the
-//             bytes needed and the remedy (shm_remedy).
-// /dev/shm may still fill between the decision and the segments (another job
-// or group): a rank whose segment cannot be made publishes its error instead
-// of "created" (make_shm_group), and every rank raises with it.
+// [reserved segments]), so /dev/shm's size is a fact of a group's setup, not a
+// SIGBUS in a collective. The CPU engine's workspace is by far the largest
+// (32M per rank by default, against a container's 64 MB /dev/shm), so the
+// group sizes it once, at its first collective, before any segment exists:
+// rank 0 decides from statvfs of the /dev/shm the group shares and publishes
+// the size with the segments' token, so every rank lays out its segment alike.
+// Unset, the default is taken if it fits, else the largest of default/2, /4,
+// ... down to kFloor that fills at most half the free bytes (leaving room for
+// groups made later); a value someone set is used as given or refused, never
+// changed behind their back. Too small: every rank raises at setup, naming
+// /dev/shm's size, the bytes needed and the remedy. A segment that still cannot
+// be made (/dev/shm filled meanwhile) is published as an error, and every rank
+// raises with it. Details: docs/DESIGN.md, "Shared-memory capacity".
 #pragma once
 
 #include <cstddef>

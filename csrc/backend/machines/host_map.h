@@ -3,39 +3,20 @@
 // of a host can open. Torch-free: the backend passes the Store as a Rendezvous.
 //
 // NOTE [host map]
-// purlin's CPU Atom maps every peer's /dev/shm segment, and its CUDA Atom maps
-// every peer's IPC handle: both need the ranks on one host. A group spanning
-// hosts (a multi-node job, or containers on one node with their own /dev/shm)
-// failed at its first collective with "shm_open failed ... No such file or
-// directory". So before anything else a group learns its hosts:
-//   probe   every rank creates a small segment under a random name, writes a
-//           random nonce into it, and publishes through the Store its hostname,
-//           boot id (/proc/sys/kernel/random/boot_id), pid, the segment's name
-//           and the nonce;
-//   opened  every rank opens (read-write, as the Atom does) every peer's segment,
-//           checks the nonce, and publishes which it could open; a probe that
-//           is there but fails NOTE [checked segments] (another user's, not
-//           0600, not the probe's size) is not opened and is never read: the
-//           pair counts as two hosts, as a permission error would make it,
-//           and the map's hints say why;
-//   unlink  once every rank has reported, each unlinks its own probe and every
-//           peer's it opened (either alone leaves nothing in /dev/shm: a probe
-//           whose owner died after the others opened it is removed by them; a
-//           failed exchange unlinks this rank's own on the way out). Only a rank
-//           killed between creating its probe and publishing its name can leave
-//           one (a 64-byte segment), as with any /dev/shm user.
-//   map     every rank derives the same partition from the same data: ranks i
-//           and j may share a host only if i opened j's probe and j opened i's
-//           (one direction alone, e.g. a permission, is not enough); hosts are
-//           built greedily in rank order, a rank joining the first host all of
-//           whose ranks it shares both directions with (in practice the
-//           relation is "the same /dev/shm", an equivalence). Hosts are
-//           numbered by their lowest rank; a rank's local index is its place in
-//           its host's ascending ranks.
-// Hostname and boot id are hints only, for messages: containers on one node may
-// share a hostname pattern yet not /dev/shm (two hosts for purlin), or share
-// /dev/shm under different hostnames (one host). Where the hints and the opens
-// disagree, HostMap::hints says so.
+// The CPU Atom maps every peer's /dev/shm segment and the CUDA Atom every peer's
+// IPC handle, so both need the ranks on one host; a group spanning hosts (nodes,
+// or containers with their own /dev/shm) would fail at its first collective. So
+// before anything else a group learns its hosts from what the ranks can open,
+// not from names: every rank creates a small probe segment holding a random
+// nonce and publishes its name through the Store; every rank opens every peer's
+// (as the Atom does, NOTE [checked segments]), checks the nonce and publishes
+// which it opened; then each unlinks its own and those it opened, so nothing is
+// left in /dev/shm. Every rank derives the same partition from the same data:
+// ranks share a host only if each opened the other's probe; hosts are built
+// greedily in rank order and numbered by their lowest rank, a rank's local
+// index is its place among its host's ranks. Hostname and boot id are hints
+// for messages only (HostMap::hints says where they disagree with the opens).
+// Details: docs/DESIGN.md, "Host map".
 #pragma once
 
 #include <cstdint>

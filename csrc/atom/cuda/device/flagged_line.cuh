@@ -1,26 +1,18 @@
 // flagged_line.cuh — the flagged line: data that carries its own notification.
 //
 // NOTE [flagged lines] A 16-byte line holds 8 payload bytes and two 32-bit
-//   flags: {lo, f0, hi, f1}. The writer stores it with one 16-byte volatile
-//   store, the reader polls it with one 16-byte volatile load and takes it
-//   when both flags are the ones it expects. Each 8-byte half {data, flag}
-//   is written and read as a unit, so matching flags prove that the data
-//   beside them is this collective's: no fence and no separate Staged flag.
-//   A pushed contribution is Stage and Notify in one store, one NVLink trip,
-//   and the reader's Wait is its poll (line_kernel.cuh runs SNAC push plans
-//   this way for small messages).
-//   f0 = seq % (2^32 - 1) + 1 and f1 = (seq % 65535 + 1) | hash16(call
-//   signature) << 16. seq counts the group's line collectives (equal on
-//   every rank); the two parities of the line region alternate with it, and
-//   a line keeps whatever collective wrote it last, however long ago: f0
-//   repeats at one parity only every 2^33 line collectives (f1 alone would
-//   every 131070, and a line that a large collective wrote and later small
-//   ones left alone would then pass for fresh: the emulator's
-//   short-flag-period mutation shows it). Neither is ever 0, so cleared
-//   memory never matches. The hash tells a peer that called other arguments
-//   (NOTE [call tags]): f0 fresh and f1 with this seq but another hash, for
-//   kLineMismatchNs (a torn store completes far sooner), is reported as a
-//   mismatch; a line is only used when both flags match.
+//   flags: {lo, f0, hi, f1}, written with one 16-byte volatile store and polled
+//   with one 16-byte volatile load. Each 8-byte half {data, flag} is a unit, so
+//   matching flags prove the data beside them is this collective's: no fence,
+//   no separate Staged flag; a pushed contribution is Stage and Notify in one
+//   NVLink trip. f0 = seq % (2^32 - 1) + 1 and f1 = (seq % 65535 + 1) |
+//   hash16(call signature) << 16, seq counting the group's line collectives:
+//   a line keeps whatever wrote it last, however long ago, and f0 repeats at
+//   one parity only every 2^33 line collectives (f1 alone would every 131070:
+//   the emulator's short-flag-period mutation shows a stale line passing).
+//   Neither is ever 0, so cleared memory never matches. f0 fresh and f1 with
+//   this seq but another hash, for kLineMismatchNs, is a peer that called other
+//   arguments (NOTE [call tags]); a line is used only when both flags match.
 #pragma once
 
 #include <cstdint>

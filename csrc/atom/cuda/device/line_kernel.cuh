@@ -1,34 +1,24 @@
 // line_kernel.cuh — the plan kernel over flagged lines: a small collective in
 // one NVLink trip (NOTE [flagged lines] in flagged_line.cuh).
 //
-// NOTE [line plans] The same SNAC push plan, another Atom underneath. The
-//   plan's ops run in order as in plan_kernel.cuh, with every Workspace
-//   access going to the line region (two parities, line_offset in the pad
-//   layout) instead of the workspace:
-//     a write to Workspace(q)    flagged-line stores into q's region: Stage
-//                                and Notify in one remote store
-//     a read of Workspace(self)  polls of those lines: the Staged Wait, per
-//                                line, and the call-tag check
-//     Wait / Signal              nothing: Staged travels in the lines;
-//                                Consumed acks guard slot reuse across rounds
-//                                and a line plan has one round
+// NOTE [line plans] The same SNAC push plan, another Atom underneath: every
+//   Workspace access goes to the line region (two parities) instead of the
+//   workspace. A write to Workspace(q) is a flagged-line store into q's region
+//   (Stage and Notify in one remote store), a read of Workspace(self) polls
+//   those lines (the Staged Wait and the call-tag check, per line); Wait and
+//   Signal do nothing (one round, nothing to ack).
 //   Reuse across collectives: line collective m writes parity m % 2 of its
-//   readers' regions. Before writing, every rank waits until each peer raised
-//   Done for the collective before last (pbase, a poll of its own pad): that
-//   peer finished collective m - 2 and everything before, so it no longer
-//   reads that parity. In steady state the wait finds it long done; the one
-//   NVLink trip left is the data's. A line launch raises Done and advances
-//   the epochs like any launch, so plan kernels before and after it keep
-//   NOTE [device reuse].
-//   Plans qualify on the host, identically on every rank
-//   (CudaGroup::plan_for): one round, push, one-shot, not PREMUL_SUM (peers
-//   would read the scale word without a barrier), elements of at most 8
-//   bytes, and contiguous source regions, so every line written holds bytes
-//   of one op (writes start at 8-byte boundaries; reads may start anywhere).
-//   Tail elements of a line are zero-filled by the writer and ignored.
-//   The line format is the group's (agreed at setup): narrow 16-byte lines
-//   (flagged_line.cuh, line_op below) or wide 128-byte lines (NOTE [wide
-//   lines], wide_line_op.cuh), which also need contiguous destinations.
+//   readers' regions, after waiting until each peer raised Done for the
+//   collective before last (pbase): that peer no longer reads that parity. A
+//   line launch raises Done and advances the epochs like any launch, so plan
+//   kernels around it keep NOTE [device reuse].
+//   Plans qualify on the host, identically on every rank (CudaGroup::plan_for):
+//   one round, push, one-shot, not PREMUL_SUM (peers would read the scale word
+//   without a barrier), elements of at most 8 bytes, contiguous source regions
+//   (every line holds bytes of one op). The line format is the group's: narrow
+//   16-byte lines (flagged_line.cuh) or wide 128-byte ones (NOTE [wide lines]),
+//   which also need contiguous destinations.
+//   Details: docs/CUDA_DATAPATH.md, "Line plans".
 #pragma once
 
 #include <cstdint>

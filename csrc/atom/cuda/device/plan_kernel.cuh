@@ -33,25 +33,18 @@
 //   block 0 publishes the tag (same thread, earlier store).
 // NOTE [parity plans] A one-round push plan (too large for flagged lines,
 //   small enough for the parity region) need not wait for the previous
-//   collective to end: its Workspace is one half of the parity region, the
-//   half of parity lseq % 2 (lseq counts line and parity collectives alike),
-//   so what it writes into a reader's region cannot be what that reader still
-//   reads for the previous region collective. It opens with the line plans'
-//   reuse wait instead of the Done wait: every peer raised Done for the
-//   collective before last (pbase), so no peer still reads the half it
-//   writes (NOTE [line plans] in line_kernel.cuh). Inside, the plan runs as
-//   usual: data pushed with plain stores, Staged released after it (epochs
-//   stay monotonic, so a Staged flag of a later collective also proves this
-//   one's data). It skips what guards a slot across rounds (Consumed; one
-//   round) and the words the previous collective may still read: the scale
-//   word (no PREMUL_SUM) and the call_tag word (its tags go to ptag[lseq %
-//   2], which the collective before last used and every peer finished).
-//   Its Done is a plan kernel's (fenced, released), not a line Done: the
-//   next writer of the half relies on it to order its plain stores after
-//   this rank's reads (with lines a late read would only see a foreign flag;
-//   here it would take the wrong data). It advances lseq. Chosen on
-//   the host per Spec, identically on every rank (CudaGroup::plan_for).
-//   Separate from the line region: plain data there could pass for a line.
+//   collective to end: its Workspace is the half of the parity region of
+//   parity lseq % 2 (lseq counts line and parity collectives alike), which no
+//   peer still reads once it raised Done for the collective before last
+//   (pbase): the line plans' reuse wait replaces the Done wait (NOTE [line
+//   plans]). Inside, the plan runs as usual (plain stores, Staged released
+//   after them), skipping what the previous collective may still read: the
+//   scale word (no PREMUL_SUM) and the call_tag word (its tags go to
+//   ptag[lseq % 2]). Its Done is a plan kernel's (fenced, released), since the
+//   next writer of the half orders its plain stores after this rank's reads by
+//   it. It advances lseq; chosen on the host per Spec, identically on every
+//   rank (CudaGroup::plan_for); separate from the line region, where plain
+//   data could pass for a line. Details: docs/CUDA_DATAPATH.md, "Parity plans".
 // NOTE [zero-copy sources] Plans made with PlanOptions::read_peer_inputs
 //   name peers' inputs (Input refs of another rank): the input lies in the
 //   symmetric pool at the same offset on every rank (the call tag checks
@@ -194,49 +187,21 @@ __device__ __forceinline__ void stage_plan(const KernelParams& p, DevOp* s_ops, 
 }
 
 // NOTE [tagged waits] A check-tag Wait (the first Staged wait on a peer,
-//   NOTE [call tags]) also notices that the peer made another call of this
-//   collective while it waits, and fails with the call-tag record at once:
-//   ranks whose calls differ may run other block counts or round shapes, so
-//   the flag slot awaited may never be raised (2026-12-01, world 8: sizes
-//   1000 + 512 x rank on a parity plan timed out instead of naming the call).
-//   The call tag cannot say it: an older collective's tag differs from this
-//   one's as much. So block 0 also writes a call stamp (call_stamp,
-//   call_tag.h: the base's low half over the tag's low half) into
-//   stamp[slot][rank] of every peer's pad, next to the tag (slot 0 beside
-//   call_tag, 1 + half beside ptag[half]: NOTE [parity plans]; one relaxed
-//   word, so a racy read sees one whole stamp). A waiter that has waited
-//   kStampLookNs looks at the peer's stamp, and again every kStampLookNs:
-//   stamp_of_other_call (call_tag.h) fails the wait only for a stamp of this
-//   base that is not its own. No false alarm from an older collective's
-//   stamp (another base), nor from a slot never written (0, which has base
-//   0's high half: a group's first collective; the first form of 2026-12-01
-//   failed every group's first plan-kernel collective on a GPU), nor from a
-//   peer's next collective (a parity plan writes the other half's slot, a
-//   line plan none, any other waits for this rank's Done). Bases 2^32 epochs
-//   apart share a high half; a stale stamp that old would need no plan
-//   collective of the peer in between.
-//   Registers: the plan kernel sits at the 64-register edge of
-//   __launch_bounds__(1024) (NOTE [register units]). So the call tag and its
-//   check after the wait are unchanged (folding the base into the tag made
-//   the kernel spill), the stamp is not kept live (block 0 writes it at the
-//   start; the slow path recomputes it), and the look at the stamp is out of
-//   line (other_call_stamped, __noinline__, three VALUE arguments; it
-//   records nothing). Two forms without any stack failed on an H200 with
-//   "misaligned address" at their first plan-kernel collective (2026-12-01):
-//   the callee taking the kernel's __grid_constant__ parameters by
-//   reference, and the callee taking the block's __shared__ state by
-//   pointer; pass it only values and global pointers. This form keeps 16 B
-//   of stack in plan_kernel<int64> on sm_90 (ptxas -v, CUDA 13.0; the
-//   others none): its spills are the op loop's `ops` pointer and the Wait
-//   case's predicate, a load per op, never per element (nvdisasm,
-//   2026-12-01), so .ci/check_kernel_stack.py allows that one kernel. Where the
-//   stack lands moves with every edit at that edge: re-read ptxas -v after
-//   any change here. A valid call's poll has the plain wait's one compare
-//   (against look_at, not the timeout) and no extra load.
-//   The timeout is checked with the look, so at most kStampLookNs late.
-//   The CPU emulation (test/cpp/test_cuda_plan_emulation.cc) polls the stamp
-//   on every iteration with stamp_of_other_call, a superset of these reads;
-//   its mutation `tag-zero` drops the 0 test and must fail.
+//   NOTE [call tags]) also fails at once, with the call-tag record, when the
+//   peer made another call of this collective while it waits: ranks whose
+//   calls differ may run other block counts or round shapes, so the awaited
+//   flag slot may never be raised, and the call tag cannot tell (an older
+//   collective's tag differs as much). So block 0 also writes a call stamp
+//   (call_stamp, call_tag.h) beside the tag in every peer's pad; a waiter looks
+//   at it after kStampLookNs and every kStampLookNs after, and
+//   stamp_of_other_call fails the wait only for a stamp of this base that is
+//   not its own: never for an older collective's, a never-written slot (0), or
+//   a peer's next collective. A valid call's poll keeps the plain wait's one
+//   compare; the timeout is checked with the look (at most kStampLookNs late).
+//   Registers: the kernel sits at the 64-register edge, so the look is out of
+//   line (other_call_stamped, __noinline__) and takes only values and global
+//   pointers; re-read ptxas -v after any change here (.ci/check_kernel_stack.py).
+//   Details and the forms that failed: docs/CUDA_DATAPATH.md, "Tagged waits".
 constexpr uint64_t kStampLookNs = 20000;
 
 // Where peer `from`'s call stamp lies in this rank's pad (NOTE [tagged waits]).

@@ -2,30 +2,22 @@
 //
 // NOTE [wide lines] A wide line is 128 aligned bytes: 15 payload words of 8
 //   bytes and, in word 15, the flag word f0 | f1 << 32 (line_flags() of
-//   flagged_line.cuh: the same sequence and call-signature hash). Eight
-//   consecutive lanes of a warp (a "line group", lanes 8g .. 8g + 7) write
-//   one line with one 16-byte volatile store each, in the same warp
-//   instruction (lane j: words 2j and 2j + 1; lane 7: word 14 and the flag
-//   word), and read it the same way: one 16-byte volatile load per lane, in
-//   one instruction, after which lane 7 compares the flag word and the group
-//   takes the line only when it matches (else the warp loads again).
-//   What this relies on is not stated by the PTX memory model: that the 128
-//   bytes a warp stores into one aligned line with one instruction become
-//   visible to the peer's one-instruction load of that line as a unit, so a
-//   matching flag word proves the 15 payload words beside it. NCCL's LL128
-//   protocol relies on the same property of NVLink-connected GPUs. Narrow
-//   lines (flagged_line.cuh) rely only on 8-byte units and cost twice the
-//   payload in NVLink bytes; wide lines cost 128/120.
-//   The format is agreed at setup (TORCH_PURLIN_CUDA_LINE_FORMAT; ranks that
-//   disagree make the group narrow), and `auto` takes wide lines only where
-//   the assumption is known to hold, as NCCL does for LL128: one
+//   flagged_line.cuh). Eight consecutive lanes of a warp write one line with one
+//   16-byte volatile store each in the same instruction, and read it the same
+//   way; the group takes the line only when its flag word matches.
+//   This relies on what the PTX memory model does not state: that 128 bytes a
+//   warp stores into one aligned line with one instruction become visible to a
+//   peer's one-instruction load as a unit (NCCL's LL128 relies on the same
+//   property of NVLink-connected GPUs). So the format is agreed at setup
+//   (TORCH_PURLIN_CUDA_LINE_FORMAT; ranks that disagree make the group narrow),
+//   and `auto` takes wide lines only where it is known to hold: one
 //   architecture among sm_80 / sm_90 / sm_100 and NVLink between every pair
-//   of GPUs (nvlink_probe.h); `wide` forces them.
-//   Layout rules, so that one line never mixes two writers' data: every
-//   wide-line piece starts on a line (the planner aligns pieces to
-//   kWideAlignBytes = one line of payload), every op touching the region covers whole
-//   pieces (sources and destinations contiguous, checked on the Spec), and
-//   a block's share of an op is whole lines (wide_part_size()).
+//   (nvlink_probe.h). Narrow lines rely only on 8-byte units and cost 2x the
+//   payload in NVLink bytes; wide lines 128/120.
+//   Layout rules, so that one line never mixes two writers' data: every piece
+//   starts on a line (kWideAlignBytes), every op touching the region covers
+//   whole pieces (contiguous sources and destinations), and a block's share of
+//   an op is whole lines (wide_part_size()).
 #pragma once
 
 #include <cstdint>

@@ -2,35 +2,19 @@
 //
 // NOTE [copy-engine watchdog] cuStreamWaitValue64 has no timeout: a stream
 //   whose peer never signals would wait forever, and so would every host call
-//   that synchronises with it. A host thread watches each copy-engine
-//   collective in flight instead:
-//   progress   before every wait the stream writes the wait's id (a counter
-//              of the atom, starting at 1) into a host-mapped word, so the
-//              watchdog knows which wait the stream is in and since when.
-//   deadline   a collective is stuck when its completion event is not reached
-//              and the progress word has not moved for the group timeout,
-//              counted from the moment the stream reached the collective's
-//              first wait (work queued before the collective does not count,
-//              as in the kernel, whose waits start their clock on device).
-//   timeout    fill the host-mapped ErrorRecord (if still empty; block =
-//              kCopyEngineBlock; peer, CeFlag kind, expected step and phase of
-//              the pending wait), set the pad's `broken` word, then RELEASE
-//              the stream: write kReleased into every ce_flag word of this
-//              rank's pad (pinned host memory -> device, on a private
-//              non-blocking stream of the highest priority), so every pending
-//              and later copy-engine wait of this rank passes and the process
-//              never hangs. The group is unusable from then on: the engine
-//              reads the record at its next collective and raises. While
-//              collectives are still in flight the release is repeated every
-//              100 ms (a slow, not dead, peer may overwrite a released word).
-//   abort      the group's abort request (NOTE [device abort] in
-//              signal_pad.h), seen at the next poll, fires as a timeout does
-//              (the record's status says aborted) whether or not the stream
-//              reached the collective's first wait.
-//   shutdown   the destructor drains: every collective in flight completes,
-//              or times out counting from the destructor's start; one whose
-//              stream stays stuck even after its release is abandoned (its
-//              few bytes of pinned memory are leaked, never freed under it).
+//   that synchronises with it. So a host thread watches each copy-engine
+//   collective in flight: before every wait the stream writes the wait's id
+//   into a host-mapped progress word; a collective whose completion event is
+//   not reached and whose progress word has not moved for the group timeout
+//   (counted from its first wait) times out: the watchdog fills the ErrorRecord,
+//   marks the pad broken, then releases the stream by writing kReleased into
+//   every ce_flag word of this rank's pad, so every pending and later wait
+//   passes and the process never hangs; the group is unusable from then on
+//   (the engine raises at its next collective). An abort request fires the
+//   same way. The destructor drains every collective in flight (complete or
+//   timed out); a stream stuck even after its release is abandoned, its few
+//   bytes of pinned memory leaked, never freed under it.
+//   Details: docs/CUDA_DATAPATH.md, "Copy-engine watchdog".
 #pragma once
 
 #include <chrono>

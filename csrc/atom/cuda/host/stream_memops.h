@@ -6,28 +6,20 @@
 // The driver functions are looked up at run time through the runtime
 // (cudaGetDriverEntryPointByVersion), so nothing links libcuda directly.
 //
-// NOTE [stream memop ordering] (cuda.h, CUstreamWriteValue_flags and
-//   CUstreamWaitValue_flags, CUDA 13 headers)
-//   write_release  cuStreamWriteValue64 with CU_STREAM_WRITE_VALUE_DEFAULT.
-//                  It runs after the stream's earlier work completed, and the
-//                  driver puts a memory fence before the write "with similar
-//                  semantics to __threadfence_system() but scoped to the
-//                  stream": every write of the earlier copies is visible
-//                  system-wide before the value is. (The NO_MEMORY_BARRIER
-//                  flag, which would drop the fence, does not exist in the v2
-//                  API that is used here.) A RELEASE store, stream-wide.
-//   wait_acquire   cuStreamWaitValue64 with CU_STREAM_WAIT_VALUE_GEQ: the
-//                  stream's later work starts only once *addr >= value
-//                  (compared as int64 of the difference: values below 2^62
-//                  never wrap). Later copies therefore see what the writer
-//                  released. CU_STREAM_WAIT_VALUE_FLUSH is NOT used: it only
-//                  orders *remote writes landing in this GPU's memory* among
-//                  themselves, and the copy-engine Atom's peers never write
-//                  data into this GPU — it runs pull plans only (they write
-//                  only their own workspace and output; the only remote
-//                  writes are the flags themselves; ce_atom.cc's check_call
-//                  rejects push plans, NOTE [push]). It is also absent on most platforms
-//                  (CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES).
+// NOTE [stream memop ordering] (cuda.h, CU_STREAM_WRITE_VALUE_* and
+//   CU_STREAM_WAIT_VALUE_*, CUDA 13 headers)
+//   write_release  cuStreamWriteValue64, DEFAULT flags: runs after the stream's
+//                  earlier work, behind a stream-scoped system fence, so every
+//                  write of the earlier copies is visible before the value: a
+//                  RELEASE store, stream-wide.
+//   wait_acquire   cuStreamWaitValue64, GEQ: the stream's later work starts only
+//                  once *addr >= value (int64 difference: no wrap below 2^62),
+//                  so later copies see what the writer released. WAIT_VALUE_FLUSH
+//                  is not needed: it orders remote writes landing in this GPU,
+//                  and the copy-engine Atom runs pull plans only (ce_atom.cc's
+//                  check_call rejects push plans), whose only remote writes are
+//                  the flags. Details: docs/CUDA_DATAPATH.md, "Stream memop
+//                  ordering".
 #pragma once
 
 #include <cstdint>

@@ -34,28 +34,20 @@
 //   is capturing a CUDA graph come back for their own stream only.
 // NOTE [local placement] (TORCH_PURLIN_CUDA_POOL_PLACEMENT=local): every
 //   rank places a block alone, with no exchange, by a rule that depends only
-//   on the sequence of allocate and free calls (PoolBlocks::local_fit): the
-//   first fit over free space and the stream's own freed blocks; only when
-//   none holds the block, the first fit where other streams' freed blocks
-//   count as free too, and then the allocating stream waits
-//   (cudaStreamWaitEvent) for the events of the blocks it borrows instead of
-//   the host asking whether they completed, which is what makes agreed
-//   placement timing-dependent. Borrowing last keeps streams apart: a
-//   borrowed block makes e.g. FSDP2's all-gather stream wait for its
-//   reduce-scatter stream's work (the suspected cost when the rule borrowed
-//   first, 2026-12-02 on one shared H200: 23.3 ms a step, 18.8 without the
-//   pool). Ranks that allocate and free in the
-//   same order (FSDP2, any program whose tensors die in program order) get
-//   the same offsets with no host rendezvous (2026-12-01: 30 of the 63 us
-//   of an allocation on one shared H200 were the agreement, and each waited
-//   for the slowest rank's host). Ranks that do not get different offsets
-//   without an error here; a collective on such tensors then fails its call
-//   tag (which hashes pool offsets, NOTE [call tags] in plan_kernel.cuh)
-//   before any peer data is read or written, so a divergence is an error,
-//   never a wrong result. An allocation on a stream that is capturing a
-//   CUDA graph never takes another stream's freed block (no event wait
-//   inside a capture); whether a stream captures is the same on every rank.
-//   A full pool is this rank's PoolFull, not agreed.
+//   on the sequence of allocate and free calls (PoolBlocks::local_fit): first
+//   fit over free space and the stream's own freed blocks; only when none holds
+//   the block, first fit counting other streams' freed blocks too, and then the
+//   allocating stream waits on the GPU (cudaStreamWaitEvent) for the blocks it
+//   borrows: asking the host whether they completed would make placement
+//   timing-dependent. Borrowing last keeps streams apart. Ranks that allocate
+//   and free in the same order get the same offsets with no host rendezvous;
+//   ranks that do not get different offsets without an error here, and a
+//   collective on such tensors then fails its call tag (which hashes pool
+//   offsets, NOTE [call tags]) before any peer data is read or written: an
+//   error, never a wrong result. A capturing stream never borrows (no event
+//   wait inside a capture; whether a stream captures is the same on every
+//   rank). A full pool is this rank's PoolFull, not agreed.
+//   Measurements: docs/PERFORMANCE.md, "The symmetric pool".
 // Torch-free.
 #pragma once
 
