@@ -227,7 +227,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather(std::vector<std::vector<
     for (const auto& o : outputs[0])
       PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
     at::Tensor in = flat_of(inputs[0]);
-    at::Tensor out = at::empty({inputs[0].numel() * getSize()}, in.options());
+    at::Tensor out = flat_out_for(outputs[0], inputs[0].numel() * getSize(), in);  // NOTE [list buffers]
     return run_flat(rq, in, out, outputs[0]);
   });
 }
@@ -250,7 +250,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_into_tensor_coalesced(st
     // Gather the concatenated inputs, then split rank r's block among outputs.
     at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
     const int64_t T = numel_of(inputs);
-    at::Tensor out = in.defined() ? at::empty({T * getSize()}, in.options()) : at::Tensor();
+    at::Tensor out = in.defined() ? call_buffer(T * getSize(), in, 1) : at::Tensor();
     set_io(rq, in, out);
     auto work = run_native(rq, outputs);
     if (rq.error.empty() && out.defined()) {
@@ -286,7 +286,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allgather_coalesced(std::vector<st
     PURLIN_REQUIRE(rq, ok, "outputs must be world size lists shaped like the inputs");
     require_same_dtype(rq, all);
     at::Tensor in = inputs.empty() ? at::Tensor() : flat_of(inputs);
-    at::Tensor out = in.defined() ? at::empty({numel_of(inputs) * getSize()}, in.options()) : at::Tensor();
+    at::Tensor out = in.defined() ? call_buffer(numel_of(inputs) * getSize(), in, 1) : at::Tensor();
     set_io(rq, in, out);
     auto work = run_native(rq, all);
     if (out.defined()) {
@@ -364,7 +364,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::reduce_scatter_tensor_coalesced(st
     std::vector<at::Tensor> per_tensor;
     for (size_t i = 0; i < inputs.size(); ++i) per_tensor.push_back(inputs[i].reshape({getSize(), -1}));
     at::Tensor in = at::cat(per_tensor, 1).contiguous().view({-1});
-    at::Tensor out = at::empty({T}, in.options());
+    at::Tensor out = flat_out_for(outputs, T, in);
     return run_flat(rq, in, out, outputs);
   });
 }
@@ -438,7 +438,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::alltoall(std::vector<at::Tensor>& 
     rq.in_splits.resize(getSize(), 0);
     rq.out_splits.resize(getSize(), 0);
     at::Tensor in = flat_of(inputs);
-    at::Tensor out = at::empty({numel_of(outputs)}, in.options());
+    at::Tensor out = flat_out_for(outputs, numel_of(outputs), in);  // NOTE [list buffers]
     return run_flat(rq, in, out, outputs);
   });
 }
@@ -463,7 +463,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::gather(std::vector<std::vector<at:
         PURLIN_REQUIRE(rq, o.numel() == inputs[0].numel(), "output tensors must have as many elements as the input");
     }
     at::Tensor in = flat_of(inputs[0]);
-    at::Tensor out = root ? at::empty({in.numel() * getSize()}, in.options()) : at::Tensor();
+    at::Tensor out = root ? flat_out_for(outputs[0], in.numel() * getSize(), in) : at::Tensor();  // NOTE [list buffers]
     set_io(rq, in, out);
     auto work = run_native(rq, root ? outputs[0] : std::vector<at::Tensor>{});
     if (root) unflatten_into(out, outputs[0]);

@@ -1,6 +1,8 @@
 // tensor_args.cc — see tensor_args.h.
 #include "backend/c10d/tensor_args.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 namespace purlin::backend {
@@ -86,16 +88,61 @@ at::Tensor flat_of(const at::Tensor& t) {
   return t.is_contiguous() ? t : t.contiguous().view({-1});
 }
 
+namespace {
+
+// NOTE [list buffers]: the CPU tensors of `ts` as one flat view, where they are
+// contiguous and lie end to end in one storage, in order; undefined otherwise.
+at::Tensor adjacent_view(const std::vector<at::Tensor>& ts) {
+  if (ts.empty() || !ts[0].defined() || !ts[0].device().is_cpu()) return {};
+  const at::Tensor& t0 = ts[0];
+  const auto* base = static_cast<const char*>(t0.data_ptr());
+  const int64_t es = static_cast<int64_t>(t0.element_size());
+  int64_t total = 0;
+  for (const auto& t : ts) {
+    if (!t.defined() || t.numel() == 0 || !t.is_contiguous() || t.scalar_type() != t0.scalar_type() ||
+        !t.device().is_cpu() || !t.storage().is_alias_of(t0.storage()) ||
+        static_cast<const char*>(t.data_ptr()) != base + total * es)
+      return {};
+    total += t.numel();
+  }
+  return t0.as_strided({total}, {1}, t0.storage_offset());
+}
+
+}  // namespace
+
+at::Tensor call_buffer(int64_t numel, const at::Tensor& like, int slot) {
+  if (!like.device().is_cpu()) return at::empty({numel}, like.options());
+  thread_local at::Tensor scratch[2];  // NOTE [list buffers]: bytes, grown, never given out whole
+  at::Tensor& buf = scratch[slot & 1];
+  const int64_t bytes = numel * static_cast<int64_t>(like.element_size());
+  if (!buf.defined() || buf.numel() < bytes) buf = at::empty({std::max<int64_t>(bytes, 2 * (buf.defined() ? buf.numel() : 0))}, at::kByte);
+  return buf.narrow(0, 0, bytes).view(like.scalar_type());
+}
+
 at::Tensor flat_of(const std::vector<at::Tensor>& ts) {
   if (ts.size() == 1) return flat_of(ts[0]);
-  std::vector<at::Tensor> parts;
-  for (const auto& t : ts) parts.push_back(t.reshape({-1}));
-  return at::cat(parts);
+  if (at::Tensor v = adjacent_view(ts); v.defined()) return v;
+  int64_t numel = 0;
+  for (const auto& t : ts) numel += t.numel();
+  if (ts.empty() || !ts[0].device().is_cpu()) {
+    std::vector<at::Tensor> parts;
+    for (const auto& t : ts) parts.push_back(t.reshape({-1}));
+    return at::cat(parts);
+  }
+  at::Tensor flat = call_buffer(numel, ts[0], 0);
+  int64_t off = 0;
+  for (const auto& t : ts) {
+    flat.narrow(0, off, t.numel()).view(t.sizes()).copy_(t);
+    off += t.numel();
+  }
+  return flat;
 }
 
 at::Tensor flat_out_for(const std::vector<at::Tensor>& ts, int64_t numel, const at::Tensor& like) {
   if (ts.size() == 1 && ts[0].is_contiguous() && ts[0].numel() == numel) return ts[0];
-  return at::empty({numel}, like.options());
+  if (at::Tensor v = adjacent_view(ts); v.defined() && v.numel() == numel && v.scalar_type() == like.scalar_type())
+    return v;
+  return call_buffer(numel, like, 1);
 }
 
 void unflatten_into(const at::Tensor& flat, at::Tensor& t) {
@@ -105,6 +152,7 @@ void unflatten_into(const at::Tensor& flat, at::Tensor& t) {
 
 void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& ts) {
   if (ts.size() == 1 && ts[0].is_contiguous() && flat.data_ptr() == ts[0].data_ptr()) return;
+  if (!ts.empty() && flat.data_ptr() == ts[0].data_ptr() && adjacent_view(ts).defined()) return;  // the view
   const at::Tensor flat1 = flat.reshape({-1});  // flat_of may return a contiguous tensor of any shape
   int64_t off = 0;
   for (auto& t : ts) {
