@@ -47,21 +47,27 @@ SpecTraits spec_traits(const Spec& spec);
 
 // What the layers below the Spec ask about one call (NOTE [symmetric use is
 // rank-invariant] in backend/group/symmetric_use.h): the Spec's traits and
-// who passes which tensor, alike on every rank. describe() gives a Spec's
-// own (every rank passes an Input and an Output, no in-place form known);
-// the backend's Spec builder states a built-in collective's API.
+// who passes which tensor, alike on every rank. Every field is derived from
+// the Spec (NOTE [call shape from the Spec] in spec_traits.cc) and one fact
+// of the call, one_buffer; no field names a collective, so a custom Spec of a
+// built-in's shape is described as the built-in is.
 struct CallDescription {
   SpecTraits traits;
-  bool inputs_everywhere = true;   // every rank passes an Input (scatter: the root only)
-  bool outputs_everywhere = true;  // every rank passes an Output (reduce, gather: the root only)
+  // Every rank passes an Input: every rank is a source (scatter: the root
+  // only), or passes its one buffer (broadcast).
+  bool inputs_everywhere = true;
+  // Every rank passes an Output: every rank is a destination (reduce, gather:
+  // the root only), or passes its one buffer (broadcast).
+  bool outputs_everywhere = true;
   // Every rank that passes the pool tensors of one role passes its Input at one
-  // pool offset. Not so for gather: its root may pass its own block of the
-  // Output as Input, which its peers cannot see.
+  // pool offset. Not so where a rank that passes an Output may keep its Input
+  // inside it at a place the ranks that pass no Output cannot see (gather: its
+  // root's own block).
   bool inputs_at_one_offset = true;
   // Peers may write a rank's Output while it runs, whichever in-place form the
-  // op lets that rank choose: a rank's Input, where it is inside its Output,
-  // lies where only the rank itself writes (all_gather's own slot; broadcast's
-  // buffer, which peers write only on non-roots, whose Input nobody reads).
+  // rank chose: a rank's Input, where it is inside its Output, lies where only
+  // the rank itself writes (all_gather's own slot; broadcast's buffer, which
+  // peers write only on non-roots, whose Input nobody reads).
   bool outputs_writable_by_peers = false;
   // The in-place form where one buffer is this rank's block of the other
   // (NOTE [direct local reads]): +1 Input is block `rank` of Output
@@ -69,7 +75,24 @@ struct CallDescription {
   int own_block = 0;
 };
 
-CallDescription describe(const Spec& spec);
+// The description of a call of `spec`. `one_buffer`: every rank passes one
+// buffer as its Input and its Output, whatever the Spec reads or writes there
+// (c10d's one-tensor ops, all_reduce and broadcast); a custom call never
+// promises it (docs/CUSTOM_COLLECTIVES.md).
+CallDescription describe(const Spec& spec, bool one_buffer = false);
+
+// The in-place forms a rank may choose alone (NOTE [direct local reads] in
+// backend/group/request.cc), by the Spec: whether `rank`'s Input may lie in
+// its Output at element `at`: the rank is the source of one copied chunk, its
+// whole Input, which lands there contiguously and nowhere another chunk
+// writes, so the in-place copy is a no-op (all_gather's block `rank`,
+// gather's root's). And whether its Output may lie in its Input at `at`: the
+// rank is the destination of one chunk, its whole Output, with no other
+// destination, which reads the rank's Input there contiguously and nowhere
+// another chunk reads, so it reads the block before it stores over it
+// (reduce_scatter's block `rank`, scatter's root's).
+bool input_is_own_chunk(const Spec& spec, int rank, int64_t at);
+bool output_is_own_chunk(const Spec& spec, int rank, int64_t at);
 
 // A hash of the whole Spec (chunks, regions, kind, reduction, name): ranks
 // that hash the same called the same collective (NOTE [call tags]).

@@ -76,7 +76,7 @@ inline RankCall make_call(const Case& c, int W, int r) {
   bool has_in = true, has_out = true;
   const auto sp = splits_of(c, W);
   switch (c.op) {
-    case CollOp::AllReduce: case CollOp::Broadcast: in_n = out_n = c.n; break;
+    case CollOp::AllReduce: case CollOp::Broadcast: in_n = out_n = c.n; rq.one_buffer = true; break;
     case CollOp::Reduce: in_n = out_n = c.n; has_out = r == c.root; break;
     case CollOp::AllGather: in_n = c.n; out_n = W * c.n; break;
     case CollOp::ReduceScatter: in_n = W * c.n; out_n = c.n; break;

@@ -915,6 +915,7 @@ Prepared prepare(const Group& g, const Case& cs, std::mt19937& rng) {
     if (cs.kind == Kind::Broadcast) {  // c10d: one buffer of n elements as input and output, on every rank
       rq.in = rq.out = in;
       rq.in_numel = rq.out_numel = cs.n;
+      rq.one_buffer = true;
     }
     p.cells[r].resize(p.mem[r].size());
     p.calls[r].in = in;

@@ -83,9 +83,10 @@ def test_protocol_choice_golden(tmp_path):
 
 
 def test_custom_specs_get_the_builtin_protocol(tmp_path):
-    """NOTE [custom Specs share the built-ins' protocols]: a built-in's Spec run as a custom Spec (run_spec) gets
-    the built-in's CPU and CUDA choices wherever the two calls' descriptions agree (all_reduce and all_to_all
-    shapes at least), at every size class, worlds 2-8, plain and pool buffers."""
+    """NOTE [custom Specs share the built-ins' protocols]: a built-in's Spec run as a custom Spec (run_spec, on the
+    same tensors) gets the built-in's CPU and CUDA choices at every size class, worlds 2-8, both roots, plain and
+    pool tensors, out of place and in place, but for the two differences the note names (broadcast into pool
+    outputs, all_to_all in place); any other difference fails."""
     exe = build(tmp_path, "test_custom_protocol", SNAC + CHOICE)
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and " 0 failed" in r.stdout, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"

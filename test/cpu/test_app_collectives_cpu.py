@@ -51,6 +51,7 @@ class AppCollectiveCases:
     def test_all_to_all_dims_all_gather_v_reduce_scatter_v(self):
         self.check_all_to_all_dims()
         self.check_v_collectives()
+        self.check_custom_in_place()
 
     @spawned
     def test_moe_coalescing_compile_and_errors(self):
@@ -124,6 +125,56 @@ class AppCollectiveCases:
                                                  async_op=True)
             work.wait()
             assert_exact(out, want, what)
+
+    def check_custom_in_place(self):
+        """NOTE [custom call buffers]: run_spec on overlapping tensors equals the composed result, in the
+        forms its Spec makes safe (a rank's own chunk in place: all_gather's and reduce_scatter's block,
+        gather's root) and in the others, which run from a copy of the input (all_to_all in place, an
+        all_gather input at a peer's block)."""
+        import torch_purlin
+        from torch_purlin.layouts import Partial, Replicate, Shard, collective
+        W, me = self.world_size, self.rank
+        for _ in range(max(1, CASES // 2)):
+            case = self._case + 1
+            rng = self.case_rng()
+            n = rng.randint(1, 40)
+            dtype = rng.choice(DTYPES)
+            pieces = [make_input(case, r, (n,), dtype) for r in range(W)]
+            want = torch.cat(pieces)
+            ag = collective("ag_in_place", (W * n,), Shard(0), Replicate(), W)
+            for at in (me, (me + 1) % W):  # its own block (in place), a peer's block (from a copy)
+                buf = poisoned_like(want)
+                buf[at * n:(at + 1) * n] = pieces[me]
+                torch_purlin.run_spec(ag, buf[at * n:(at + 1) * n], buf)
+                assert_exact(buf, want, self.ctx("all_gather-shaped Spec with its input in its output", n=n,
+                                                 block=at, dtype=dtype))
+
+            root = rng.randrange(W)
+            g = collective("gather_in_place", (W * n,), Shard(0), [Replicate() if r == root else None
+                                                                   for r in range(W)], W)
+            out = poisoned_like(want) if me == root else torch.empty(0, dtype=dtype)
+            if me == root:
+                out[me * n:(me + 1) * n] = pieces[me]
+            inp = out[me * n:(me + 1) * n] if me == root else pieces[me].clone()
+            torch_purlin.run_spec(g, inp, out)
+            if me == root:
+                assert_exact(out, want, self.ctx("gather-shaped Spec, root in place", n=n, root=root, dtype=dtype))
+
+            blocks = [make_input(case, 16 + r, (W, n), dtype) for r in range(W)]  # rank r's block d goes to d
+            a2a = collective("a2a_in_place", (W, W, n), Shard(0), Shard(1), W)
+            buf = blocks[me].clone().view(-1)
+            torch_purlin.run_spec(a2a, buf, buf)
+            assert_exact(buf.view(W, n), torch.stack([blocks[r][me] for r in range(W)]),
+                         self.ctx("all_to_all-shaped Spec in place", n=n, dtype=dtype))
+
+            ints = rng.choice((torch.int32, torch.int64, torch.float32))
+            full = [make_input(case, 64 + r, (W * n,), torch.int64, "sum").clamp(-2**20, 2**20).to(ints)
+                    for r in range(W)]
+            rs = collective("rs_in_place", (W * n,), Partial(), Shard(0), W, op="sum")
+            buf = full[me].clone()
+            torch_purlin.run_spec(rs, buf, buf[me * n:(me + 1) * n])
+            assert_exact(buf[me * n:(me + 1) * n], torch.stack(full).sum(0).to(ints)[me * n:(me + 1) * n],
+                         self.ctx("reduce_scatter-shaped Spec, output its own block", n=n, dtype=ints))
 
     def check_moe(self):
         import torch_purlin

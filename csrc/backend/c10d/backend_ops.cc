@@ -127,6 +127,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce(std::vector<at::Tensor>&
       [&](GroupHosts& h) { return h.all_reduce(tensors, opts.reduceOp, "all_reduce"); },
       [&]() -> c10::intrusive_ptr<c10d::Work> {
     Request rq = request(CollOp::AllReduce, "all_reduce", tensors[0]);
+    rq.one_buffer = true;  // c10d passes one tensor: the Input and the Output of every rank
     set_reduction(rq, opts.reduceOp);
     PURLIN_REQUIRE(rq, tensors.size() == 1, "expects one tensor per process");
     at::Tensor buf = flat_of(tensors[0]);
@@ -144,6 +145,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::allreduce_coalesced(std::vector<at
       [&](c10d::Backend& b) { return b.allreduce_coalesced(tensors, opts); }, [&](GroupHosts& h) { return h.all_reduce(tensors, opts.reduceOp, "all_reduce_coalesced"); },
       [&]() -> c10::intrusive_ptr<c10d::Work> {
     Request rq = request(CollOp::AllReduce, "all_reduce_coalesced", tensors.empty() ? at::Tensor() : tensors[0]);
+    rq.one_buffer = true;  // c10d passes one tensor: the Input and the Output of every rank
     set_reduction(rq, opts.reduceOp);
     PURLIN_REQUIRE(rq, check_same_dtype(tensors).empty(), check_same_dtype(tensors));
     at::Tensor buf = tensors.empty() ? at::Tensor() : flat_of(tensors);
@@ -179,6 +181,7 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::broadcast(std::vector<at::Tensor>&
       [&](GroupHosts& h) { return h.broadcast(tensors, opts); },
       [&]() -> c10::intrusive_ptr<c10d::Work> {
     Request rq = request(CollOp::Broadcast, "broadcast", tensors[0]);
+    rq.one_buffer = true;  // c10d passes one tensor: the Input and the Output of every rank
     set_root(rq, opts.rootRank, getSize());
     at::Tensor buf = flat_of(tensors[0]);
     set_io(rq, buf, buf);
@@ -549,7 +552,17 @@ c10::intrusive_ptr<c10d::Work> PurlinBackend::run_spec(const snac::Spec& spec, a
   at::Tensor in = flat_of(input);
   std::vector<at::Tensor> outs{output};
   at::Tensor out = output.is_contiguous() ? output.view({-1}) : output.contiguous().view({-1});
-  return run_flat(rq, in, out, outs);
+  set_io(rq, in, out);
+  if (rq.error.empty()) {  // NOTE [custom call buffers] (backend/group/request.cc)
+    cut_to_spec(rq, spec, getRank());
+    if (custom_input_copied(rq, spec, getRank())) {
+      in = in.reshape({-1}).narrow(0, 0, rq.in_numel).clone();
+      rq.in = in.data_ptr();
+    }
+  }
+  auto work = run_native(rq, outs);
+  unflatten_into(out, outs);
+  return work;
 }
 
 }  // namespace purlin::backend

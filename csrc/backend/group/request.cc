@@ -1,6 +1,7 @@
 // request.cc — metadata blobs, cross-rank argument checks and Spec building.
 #include "backend/group/request.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <sstream>
@@ -166,23 +167,7 @@ snac::Spec build_spec(const Request& rq, const std::vector<PeerMeta>& all) {
 }
 
 snac::CallDescription describe_call(const Request& rq, const snac::Spec& spec) {
-  snac::CallDescription d = snac::describe(spec);
-  switch (rq.op) {
-    case CollOp::Scatter: d.inputs_everywhere = false; break;
-    case CollOp::Reduce: d.outputs_everywhere = false; break;
-    case CollOp::Gather:
-      d.outputs_everywhere = false;
-      d.inputs_at_one_offset = false;
-      break;
-    case CollOp::AllGather:
-      d.outputs_writable_by_peers = true;
-      d.own_block = 1;
-      break;
-    case CollOp::Broadcast: d.outputs_writable_by_peers = true; break;
-    case CollOp::ReduceScatter: d.own_block = -1; break;
-    default: break;
-  }
-  return d;
+  return snac::describe(spec, rq.one_buffer);  // NOTE [call shape from the Spec] (snac/spec_traits.cc)
 }
 
 // Built on every call (the plan caches' key): appended with to_chars, not a
@@ -250,6 +235,36 @@ bool direct_local_reads(const Request& rq, const snac::CallDescription& call, in
     case IoAlias::Overlap: return false;
   }
   return false;
+}
+
+// NOTE [custom call buffers] A custom call (run_spec) passes an input and an
+// output tensor on every rank, at least as large as its Spec's there. Its
+// Request holds what the Spec reads and writes: both cut to the Spec's sizes
+// for the rank, so a rank the Spec reads nothing from passes no Input and one
+// it writes nothing to no Output, as c10d's scatter, reduce and gather pass
+// none. The call shape the engines judge (snac::describe, NOTE [call shape
+// from the Spec]) is then the Spec's, as for a built-in of its shape; only
+// one_buffer, a promise of c10d's one-tensor API, is never made (two tensors,
+// whatever they alias). A rank's tensors may overlap only in the forms the
+// Spec makes safe (Input == Output of a Spec aligned elementwise; Input or
+// Output the rank's own chunk of the other, snac::input_is_own_chunk /
+// output_is_own_chunk); any other overlap runs from a copy of
+// the Input, as in-place all_to_all of uneven splits does, for peers may
+// write Outputs (CallDescription::outputs_writable_by_peers) and plans of
+// several rounds write Output before later rounds read Input.
+void cut_to_spec(Request& rq, const snac::Spec& spec, int rank) {
+  rq.in_numel = std::min(rq.in_numel, spec.input_numel[rank]);
+  rq.out_numel = std::min(rq.out_numel, spec.output_numel[rank]);
+}
+
+bool custom_input_copied(const Request& rq, const snac::Spec& spec, int rank) {
+  int64_t shift = 0;
+  const IoAlias alias = io_alias(rq, &shift);
+  if (alias == IoAlias::Disjoint) return false;
+  if (alias == IoAlias::Overlap) return true;
+  if (shift >= 0 && snac::input_is_own_chunk(spec, rank, shift)) return false;
+  if (shift <= 0 && snac::output_is_own_chunk(spec, rank, -shift)) return false;
+  return !(alias == IoAlias::Same && rq.in_numel == rq.out_numel && snac::spec_traits(spec).elementwise_aligned);
 }
 
 std::string error_prefix(const char* op, int rank) {

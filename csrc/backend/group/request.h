@@ -38,6 +38,10 @@ struct Request {
   std::vector<int64_t> in_splits;   // AllToAll: elements to each rank
   std::vector<int64_t> out_splits;  // AllToAll: elements from each rank
   const snac::Spec* custom = nullptr;
+  // Every rank passes one buffer as its Input and its Output (c10d's
+  // all_reduce and broadcast): a fact of the op's API, alike on every rank,
+  // which the Spec cannot say (snac::describe's one_buffer).
+  bool one_buffer = false;
   std::string error;                // a local argument error, reported to all ranks
 };
 
@@ -66,10 +70,11 @@ std::string check_agreement(const std::vector<PeerMeta>& all, int me);
 // The global Spec of an agreed call.
 snac::Spec build_spec(const Request& rq, const std::vector<PeerMeta>& all);
 
-// The call's description (snac/spec_traits.h): the traits of `spec` (the
-// call's Spec, build_spec's) and who passes which tensor, which the op's API
-// fixes. Engines decide by it, never by the op (NOTE [symmetric use is
-// rank-invariant]); a custom Spec gets snac::describe's.
+// The call's description (snac/spec_traits.h): what `spec` (the call's
+// Spec, build_spec's) says about who passes which tensor and which in-place
+// forms are safe, plus rq.one_buffer. Engines decide by it, never by the op
+// (NOTE [symmetric use is rank-invariant]), so a custom Spec of a built-in's
+// shape gets the built-in's description (NOTE [call shape from the Spec]).
 snac::CallDescription describe_call(const Request& rq, const snac::Spec& spec);
 
 // Whether every rank's sizes are its own (all_to_all's splits): exchanged on
@@ -93,6 +98,14 @@ IoAlias io_alias(const Request& rq, int64_t* shift = nullptr);
 // NOTE [direct local reads] in request.cc: whether rank `rank` may read its
 // own contributions straight from Input (PlanOptions::direct_local).
 bool direct_local_reads(const Request& rq, const snac::CallDescription& call, int rank);
+
+// NOTE [custom call buffers] in request.cc: a custom call's Input and Output
+// cut to what `spec` reads and writes on `rank` (run_spec, after its checks).
+void cut_to_spec(Request& rq, const snac::Spec& spec, int rank);
+
+// Whether that call runs from a copy of its Input: the two overlap in another
+// form than those the call's description admits (NOTE [custom call buffers]).
+bool custom_input_copied(const Request& rq, const snac::Spec& spec, int rank);
 
 // "purlin <op> on rank <r>: " — how every engine error message starts.
 std::string error_prefix(const char* op, int rank);

@@ -7,7 +7,8 @@
 //   (NOTE [call tags]) although every rank passed the same arguments. So the
 //   decision may rest only on what every rank of an identical call shares:
 //   the call's description (snac::CallDescription: the Spec's traits and
-//   which ranks pass an input and an output at all, fixed by the op), the
+//   which ranks pass an input and an output at all, derived from the Spec
+//   and the op's one-buffer API, NOTE [call shape from the Spec]), the
 //   two-shot choice, and whether the rank's tensor is in the pool (by the
 //   pool's contract, tensors of one role are pool tensors at one offset on
 //   every rank). A rank's own aliasing of Input and Output may decide only
