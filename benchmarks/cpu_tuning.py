@@ -59,8 +59,11 @@ def sweep(var, values, world, ops, args, tmp):
 
 
 def header(args, argv, what):
-    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
-                            text=True).stdout.strip() or "?"
+    git = ["git", "-C", ROOT]
+    commit = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no", "--", ".",
+                                    ":(exclude)benchmarks/results"], capture_output=True, text=True).stdout.strip()
+    commit = (commit or "?") + ("-dirty" if changed else "")   # the results being written do not count
     return [f"# CPU tuning: {what}", "",
             f"- command: `PYTHONPATH=benchmarks python benchmarks/cpu_tuning.py {' '.join(argv)}`",
             f"- commit: {commit}; date (UTC): "

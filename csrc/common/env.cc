@@ -60,7 +60,7 @@ const std::vector<Var>& registry() {
        "CPU all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a byte "
        "count, optionally followed by @W=bytes items for groups of W ranks (as TORCH_PURLIN_CUDA_TWO_SHOT_BYTES). "
        "Equal on every rank (ranks on different protocols corrupt the result)."},
-      {"TORCH_PURLIN_CPU_ROUND_BYTES", "256K", A::Tuning, X::Equal, K::Bytes,
+      {"TORCH_PURLIN_CPU_ROUND_BYTES", "128K", A::Tuning, X::Equal, K::Bytes,
        "CPU collectives larger than this many bytes per rank run in rounds of this size through the workspace's "
        "two slots (at least 4K; half the workspace at most): while a rank consumes one round its peers stage the "
        "next, and each round's bytes are still in the cores' caches when they are read (NOTE [cpu rounds] in "
