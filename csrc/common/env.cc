@@ -56,10 +56,12 @@ const std::vector<Var>& registry() {
        "tags catch mismatched calls on the same protocol; calls whose sizes put ranks on "
        "different protocols end at the group's timeout. On only if every rank sets it."},
       // ---- tuning and debugging (docs/TUNING.md) ---------------------------------------------
-      {"TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K", A::Tuning, X::Equal, K::BytesList,
+      {"TORCH_PURLIN_CPU_TWO_SHOT_BYTES", "256K,@2=1024G,@3=1024G,@4=1024G", A::Tuning, X::Equal, K::BytesList,
        "CPU all_reduce switches from one-shot to two-shot (reduce-scatter + all-gather) at this many bytes: a byte "
        "count, optionally followed by @W=bytes items for groups of W ranks (as TORCH_PURLIN_CUDA_TWO_SHOT_BYTES). "
-       "Equal on every rank (ranks on different protocols corrupt the result)."},
+       "Default: never up to 4 ranks, where one-shot measured faster at every size from 16K to 16M on 2 cores "
+       "(benchmarks/results/cpu_tuning_two_shot_20261205.md; W = 3 between the measured 2 and 4); from 256K "
+       "beyond (not measured). Equal on every rank (ranks on different protocols corrupt the result)."},
       {"TORCH_PURLIN_CPU_ROUND_BYTES", "128K", A::Tuning, X::Equal, K::Bytes,
        "CPU collectives larger than this many bytes per rank run in rounds of this size through the workspace's "
        "two slots (at least 4K; half the workspace at most): while a rank consumes one round its peers stage the "

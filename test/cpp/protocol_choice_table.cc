@@ -115,7 +115,7 @@ struct Row : Case {
 };
 
 void row(const Row& c, int W, const cu::ProtocolSettings& s, int64_t cpu_two_shot, int64_t cpu_ws,
-         int64_t cuda_two_shot, const NcclTable& nccl) {
+         int64_t cpu_round, int64_t cuda_two_shot, const NcclTable& nccl) {
   std::vector<RankCall> calls;
   std::vector<PeerMeta> all;
   for (int r = 0; r < W; ++r) {
@@ -138,7 +138,7 @@ void row(const Row& c, int W, const cu::ProtocolSettings& s, int64_t cpu_two_sho
     const bool two = runs_two_shot(call, es, W, cpu_two_shot);
     snac::PlanOptions opt;
     opt.align_elems = std::max<int64_t>(1, 64 / es);
-    opt.slot_elems = cpu_ws / 2 / es / opt.align_elems * opt.align_elems;
+    opt.slot_elems = cpu_slot_elems(cpu_ws, cpu_round, es, opt.align_elems);
     opt.direct_local = direct[0];
     opt.reduce_algo = two ? snac::ReduceAlgo::TwoShot : snac::ReduceAlgo::OneShot;
     const snac::Plan plan = snac::make_plan(spec, 0, opt);
@@ -162,15 +162,17 @@ int main() {
   const std::string cuda_two_shot = default_of("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
   const std::string cpu_two_shot = default_of("TORCH_PURLIN_CPU_TWO_SHOT_BYTES");
   const int64_t cpu_ws = default_bytes("TORCH_PURLIN_CPU_WORKSPACE_BYTES");
+  const int64_t cpu_round = default_bytes("TORCH_PURLIN_CPU_ROUND_BYTES");
   const int64_t cuda_ws = default_bytes("TORCH_PURLIN_CUDA_WORKSPACE_BYTES");
   const int64_t line_max = default_bytes("TORCH_PURLIN_CUDA_LINE_BYTES");
   const int64_t parity_max = default_bytes("TORCH_PURLIN_CUDA_PARITY_BYTES");
   const cu::LaunchConfig config = cu::launch_config_sm90(cu::DeviceInfo{9, 0, 132});
   std::printf("# The protocol of every built-in collective (NOTE [golden protocol table], "
               "test/cpp/protocol_choice_table.cc).\n");
-  std::printf("# Defaults: CPU workspace %s, CPU two-shot %s; CUDA workspace %s, lines to %s, parity to %s, "
+  std::printf("# Defaults: CPU workspace %s, CPU rounds %s, CPU two-shot %s; CUDA workspace %s, lines to %s, parity to %s, "
               "line format %s (sm_90, 132 SMs, NVLink), two-shot %s, NCCL from %s.\n",
-              default_of("TORCH_PURLIN_CPU_WORKSPACE_BYTES").c_str(), cpu_two_shot.c_str(),
+              default_of("TORCH_PURLIN_CPU_WORKSPACE_BYTES").c_str(), default_of("TORCH_PURLIN_CPU_ROUND_BYTES").c_str(),
+              cpu_two_shot.c_str(),
               default_of("TORCH_PURLIN_CUDA_WORKSPACE_BYTES").c_str(),
               default_of("TORCH_PURLIN_CUDA_LINE_BYTES").c_str(), default_of("TORCH_PURLIN_CUDA_PARITY_BYTES").c_str(),
               default_of("TORCH_PURLIN_CUDA_LINE_FORMAT").c_str(), cuda_two_shot.c_str(),
@@ -206,7 +208,7 @@ int main() {
                 c.uneven = uneven;
                 c.form = form;
                 c.pool = pool;
-                row(c, W, s, cpu_two, cpu_ws, cuda_two, nccl);
+                row(c, W, s, cpu_two, cpu_ws, cpu_round, cuda_two, nccl);
               }
         }
       }

@@ -80,9 +80,8 @@ const snac::Plan& CpuEngine::plan_for(const Request& rq, const std::vector<PeerM
   const snac::CallDescription call = describe_call(rq, spec);
   snac::PlanOptions opt;
   opt.align_elems = std::max<int64_t>(1, 64 / static_cast<int64_t>(esize));
-  const int64_t slot_bytes = std::min<int64_t>(static_cast<int64_t>(channel_.atom().workspace_bytes() / 2),
-                                               round_bytes_);  // NOTE [cpu rounds]
-  opt.slot_elems = slot_bytes / static_cast<int64_t>(esize) / opt.align_elems * opt.align_elems;
+  opt.slot_elems = cpu_slot_elems(static_cast<int64_t>(channel_.atom().workspace_bytes()), round_bytes_,
+                                  static_cast<int64_t>(esize), opt.align_elems);  // NOTE [cpu rounds]
   opt.direct_local = direct_local_reads(rq, call, rank_);  // NOTE [direct local reads]
   opt.reduce_algo = runs_two_shot(call, static_cast<int64_t>(esize), world_, two_shot_bytes_)
                         ? snac::ReduceAlgo::TwoShot

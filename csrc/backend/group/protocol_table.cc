@@ -1,6 +1,8 @@
 // protocol_table.cc — see protocol_table.h.
 #include "backend/group/protocol_table.h"
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <utility>
 
@@ -90,6 +92,10 @@ int64_t two_shot_bytes(const env::Settings& settings, const char* var, int world
 
 bool runs_two_shot(const snac::CallDescription& call, int64_t esize, int world, int64_t threshold) {
   return call.traits.reduces_to_several_ranks && world > 1 && call.traits.max_rank_elems * esize >= threshold;
+}
+
+int64_t cpu_slot_elems(int64_t workspace_bytes, int64_t round_bytes, int64_t esize, int64_t align_elems) {
+  return std::min(workspace_bytes / 2, round_bytes) / esize / align_elems * align_elems;
 }
 
 }  // namespace purlin::backend

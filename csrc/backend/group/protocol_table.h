@@ -68,4 +68,9 @@ int64_t two_shot_bytes(const env::Settings& settings, const char* var, int world
 // alike on every rank).
 bool runs_two_shot(const snac::CallDescription& call, int64_t esize, int world, int64_t threshold);
 
+// The CPU engine's workspace slot, in elements of `esize` bytes, aligned to
+// `align_elems`: half the workspace, at most `round_bytes` (NOTE [cpu rounds]
+// in backend/cpu/cpu_engine.h). Alike on every rank: both are agreed.
+int64_t cpu_slot_elems(int64_t workspace_bytes, int64_t round_bytes, int64_t esize, int64_t align_elems);
+
 }  // namespace purlin::backend
