@@ -208,8 +208,10 @@ class Symm(Impl):
 # is taken off every sample, since purlin's copies pay none: what remains is
 # torch's floor plus the bytes. It counts no transfer between cores, which a
 # collective cannot avoid (the peers' bytes are in the other cores' caches):
-# where that dominates (64K-1M on a 2-core VM) even a hand-written protocol
-# stays above it (benchmarks/probes/cpu_cross_core.cc measures one).
+# where that dominates (16K-256K on a 2-core VM) even a hand-written protocol
+# stays above it (benchmarks/probes/cpu_cross_core.cc measures one). Nor is
+# the fake backend free for every op: it gathers through a list for
+# all_gather and reduce_scatter, whose small sizes may then read below 1.
 LIMIT_COPIES = {
     "all_reduce": lambda w: 2.5,
     "reduce_scatter": lambda w: (3 + 1 / w) / 2,
