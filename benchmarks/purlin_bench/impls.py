@@ -194,24 +194,23 @@ class Symm(Impl):
         self.calls[(case.name, case.place)][2](case, self.gname)
 
 
-# NOTE [machine limit]: a CPU collective staged through shared memory cannot
-# beat torch's own per-call cost (the same call on torch's "fake" backend,
-# one element per rank: it copies data for some ops) plus the bytes its busiest rank must read and write, at one
-# core's copy speed. LIMIT_COPIES[op](W) is that traffic in copies of the
-# table's size(B) (a copy reads and writes its size): all_reduce stages its
-# input (1), then reads what it reduces and writes the result (at least 1.5,
-# one-shot at W = 2 or two-shot at any W); reduce_scatter stages N, reads N, writes
-# N/W; all_gather and all_to_all stage what others read and read what they
-# write; broadcast, gather and scatter move size(B) once through the busiest
-# rank. The copies are torch copies on this rank's core, timed with the
-# fake call; their own per-call cost (measured once on 64-element tensors)
-# is taken off every sample, since purlin's copies pay none: what remains is
-# torch's floor plus the bytes. It counts no transfer between cores, which a
-# collective cannot avoid (the peers' bytes are in the other cores' caches):
-# where that dominates (16K-256K on a 2-core VM) even a hand-written protocol
-# stays above it (benchmarks/probes/cpu_cross_core.cc measures one). Nor is
-# the fake backend free for every op: it gathers through a list for
-# all_gather and reduce_scatter, whose small sizes may then read below 1.
+# NOTE [machine limit]: what a CPU collective staged through shared memory
+# needs at least: torch's own per-call cost (the same call on torch's "fake"
+# backend, one element per rank: it copies data for some ops) plus the bytes
+# its busiest rank reads and writes, at one core's copy speed.
+# LIMIT_COPIES[op](W) is that traffic in copies of the table's size(B) (a
+# copy reads and writes its size): all_reduce stages its input (1), then
+# reads what it reduces and writes the result (1.5 at least: one-shot at
+# W = 2, two-shot at any W); reduce_scatter stages N, reads N, writes N/W;
+# all_gather and all_to_all stage what others read and read what they write;
+# broadcast, gather and scatter move size(B) once through the busiest rank.
+# The copies are torch copies on this rank's core, timed after the fake call,
+# less their own per-call cost (purlin's copies pay none). Not counted: moving
+# the peers' bytes between cores, which even a hand-written protocol pays
+# (16K-256K on a 2-core VM: benchmarks/probes/cpu_cross_core.cc). Below 1:
+# rounds whose staged bytes stay in cache (NOTE [cpu rounds]) against copies
+# of whole buffers through memory, and all_gather / reduce_scatter at small
+# sizes, for which the fake backend is not free (it gathers through a list).
 LIMIT_COPIES = {
     "all_reduce": lambda w: 2.5,
     "reduce_scatter": lambda w: (3 + 1 / w) / 2,

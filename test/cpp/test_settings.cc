@@ -118,7 +118,7 @@ int main() {
   for (int r = 0; r < 3; ++r)
     expect(has(v[r], "TORCH_PURLIN_CPU_TWO_SHOT_BYTES must be equal") &&
                has(v[r], "rank 0 '1K' \\(from the group's options\\)") &&
-               has(v[r], "rank 1 and rank 2 '256K' \\(the default\\)"),
+               has(v[r], std::string("rank 1 and rank 2 '") + two_shot->default_value + "' \\(the default\\)"),
            "a difference is named alike on every rank: " + v[r]);
   v = agree({{}, {{"TORCH_PURLIN_CPU_WORKSPACE_BYTES", "bogus"}}}, {3, 5});
   expect(has(v[0], "rank 1 \\(global rank 5\\) could not set up the group: TORCH_PURLIN_CPU_WORKSPACE_BYTES") &&

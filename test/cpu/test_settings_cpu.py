@@ -30,6 +30,8 @@ if BACKEND != "purlin":
 
 import torch_purlin  # noqa: E402
 
+DEFAULT_TWO_SHOT = dict((n, d) for n, d, _ in torch_purlin._C.env_vars())["TORCH_PURLIN_CPU_TWO_SHOT_BYTES"]
+
 
 class SettingsTest(DistTestCase):
     WORLD_SIZE = 2
@@ -74,7 +76,8 @@ class SettingsTest(DistTestCase):
         value = "1K" if self.rank == 0 else None
         self.expect_mismatch(
             lambda: self.with_env("TORCH_PURLIN_CPU_TWO_SHOT_BYTES", value, lambda: dist.new_group(backend="purlin")),
-            "TORCH_PURLIN_CPU_TWO_SHOT_BYTES", r"rank 0 '1K' \(from the environment\)", r"rank 1 '256K' \(the default\)")
+            "TORCH_PURLIN_CPU_TWO_SHOT_BYTES", r"rank 0 '1K' \(from the environment\)",
+            r"rank 1 '" + re.escape(DEFAULT_TWO_SHOT) + r"' \(the default\)")
 
     @spawned
     def test_forced_fallback_on_one_rank_raises_at_creation(self):
