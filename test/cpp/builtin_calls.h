@@ -41,6 +41,36 @@ struct Case {
   DType dtype = DType::Float32;
 };
 
+inline bool rooted(CollOp op) {
+  return op == CollOp::Reduce || op == CollOp::Broadcast || op == CollOp::Gather || op == CollOp::Scatter;
+}
+
+// The built-in calls the sweeps cover at world W, in one order: op, root (0 and W - 1 for rooted
+// ops), even and (all_to_all) uneven splits, bytes per rank (float32), plain and pool, out of
+// place and in place.
+template <class F>
+void for_each_case(int W, const std::vector<CollOp>& ops, const std::vector<int64_t>& sizes, F&& fn) {
+  for (CollOp op : ops)
+    for (int root : {0, W - 1}) {
+      if (root != 0 && !rooted(op)) continue;
+      for (bool uneven : {false, true}) {
+        if (uneven && op != CollOp::AllToAll) continue;
+        for (int64_t bytes : sizes)
+          for (bool pool : {false, true})
+            for (Form form : {Form::OutOfPlace, Form::InPlace}) {
+              Case c;
+              c.op = op;
+              c.root = root;
+              c.n = bytes / 4;
+              c.uneven = uneven;
+              c.pool = pool;
+              c.form = form;
+              fn(c);
+            }
+      }
+    }
+}
+
 inline std::string describe(const Case& c, int W) {
   return std::string(op_name(c.op)) + (c.uneven ? " uneven" : "") + " W=" + std::to_string(W) + " n=" +
          std::to_string(c.n) + " root=" + std::to_string(c.root) + (c.form == Form::InPlace ? " in-place" : "") +

@@ -110,11 +110,7 @@ std::string bits(const std::vector<bool>& v) {
   return s;
 }
 
-struct Row : Case {
-  bool rooted = false;
-};
-
-void row(const Row& c, int W, const cu::ProtocolSettings& s, int64_t cpu_two_shot, int64_t cpu_ws,
+void row(const Case& c, int W, const cu::ProtocolSettings& s, int64_t cpu_two_shot, int64_t cpu_ws,
          int64_t cpu_round, int64_t cuda_two_shot, const NcclTable& nccl) {
   std::vector<RankCall> calls;
   std::vector<PeerMeta> all;
@@ -127,7 +123,7 @@ void row(const Row& c, int W, const cu::ProtocolSettings& s, int64_t cpu_two_sho
   const snac::Spec spec = build_spec(rq0, all);
   const snac::CallDescription call = describe_call(rq0, spec);
   const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
-  const std::string root = c.rooted ? " root=" + std::to_string(c.root) : "";
+  const std::string root = rooted(c.op) ? " root=" + std::to_string(c.root) : "";
   std::printf("%s%s W=%d bytes=%lld %s %s%s [%s]", op_name(c.op), c.uneven ? "-uneven" : "", W,
               static_cast<long long>(c.n * es), c.pool ? "pool" : "plain",
               c.form == Form::InPlace ? "in-place" : "out-of-place", root.c_str(), description(call).c_str());
@@ -179,40 +175,18 @@ int main() {
               default_of("TORCH_PURLIN_CUDA_NCCL_FROM").c_str());
   std::printf("# collective W= bytes(per rank, c10d's count) plain|pool form [root=] [call description] "
               "| cpu algo direct(per rank) rounds | cuda protocol blocks threads rounds ce=copy-engine form [nccl]\n");
-  const CollOp ops[] = {CollOp::AllReduce, CollOp::Reduce,  CollOp::Broadcast, CollOp::AllGather,
-                        CollOp::ReduceScatter, CollOp::AllToAll, CollOp::Gather,   CollOp::Scatter};
+  const std::vector<CollOp> ops = {CollOp::AllReduce, CollOp::Reduce,  CollOp::Broadcast, CollOp::AllGather,
+                                   CollOp::ReduceScatter, CollOp::AllToAll, CollOp::Gather,   CollOp::Scatter};
   // Bytes per rank: empty, one element, lines (narrow, wide), over the line limit, parity plans,
   // over the parity limit (one workspace slot), pipelined workspace rounds.
-  const int64_t sizes[] = {0, 4, 4000, 256 << 10, (1 << 20) + 4096, 8 << 20, 20 << 20, 100 << 20};
+  const std::vector<int64_t> sizes = {0, 4, 4000, 256 << 10, (1 << 20) + 4096, 8 << 20, 20 << 20, 100 << 20};
   for (int W = 2; W <= 8; ++W) {
     const cu::ProtocolSettings s =
         cu::make_protocol_settings(W, cuda_ws, line_max, parity_max, cu::LineFormat::Auto, config);
     const int64_t cpu_two = bytes_for_world(cpu_two_shot, W, "TORCH_PURLIN_CPU_TWO_SHOT_BYTES");
     const int64_t cuda_two = bytes_for_world(cuda_two_shot, W, "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
     const NcclTable nccl = NcclTable::parse(default_of("TORCH_PURLIN_CUDA_NCCL_FROM"), W);
-    for (CollOp op : ops) {
-      const bool rooted =
-          op == CollOp::Reduce || op == CollOp::Broadcast || op == CollOp::Gather || op == CollOp::Scatter;
-      for (int root : {0, W - 1}) {
-        if (root != 0 && !rooted) continue;
-        for (bool uneven : {false, true}) {
-          if (uneven && op != CollOp::AllToAll) continue;
-          for (int64_t bytes : sizes)
-            for (bool pool : {false, true})
-              for (Form form : {Form::OutOfPlace, Form::InPlace}) {
-                Row c;
-                c.rooted = rooted;
-                c.op = op;
-                c.root = root;
-                c.n = bytes / 4;
-                c.uneven = uneven;
-                c.form = form;
-                c.pool = pool;
-                row(c, W, s, cpu_two, cpu_ws, cpu_round, cuda_two, nccl);
-              }
-        }
-      }
-    }
+    for_each_case(W, ops, sizes, [&](const Case& c) { row(c, W, s, cpu_two, cpu_ws, cpu_round, cuda_two, nccl); });
   }
   return 0;
 }

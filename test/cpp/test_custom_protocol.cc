@@ -109,9 +109,9 @@ Request as_custom(const Request& builtin, const snac::Spec& spec, int r) {
 int main() {
   auto bytes_of = [](const char* name) { return env::parse_bytes(env::find(name)->default_value, name); };
   const cu::LaunchConfig config = cu::launch_config_sm90(cu::DeviceInfo{9, 0, 132});
-  const CollOp ops[] = {CollOp::AllReduce, CollOp::Reduce,  CollOp::Broadcast, CollOp::AllGather,
-                        CollOp::ReduceScatter, CollOp::AllToAll, CollOp::Gather,   CollOp::Scatter};
-  const int64_t sizes[] = {4, 4000, 256 << 10, (1 << 20) + 4096, 8 << 20, 20 << 20, 100 << 20};
+  const std::vector<CollOp> ops = {CollOp::AllReduce, CollOp::Reduce,  CollOp::Broadcast, CollOp::AllGather,
+                                   CollOp::ReduceScatter, CollOp::AllToAll, CollOp::Gather,   CollOp::Scatter};
+  const std::vector<int64_t> sizes = {4, 4000, 256 << 10, (1 << 20) + 4096, 8 << 20, 20 << 20, 100 << 20};
   int failed = 0, same = 0, differ = 0, broadcast_differ = 0, copied_calls = 0;
   for (int W = 2; W <= 8; ++W) {
     const cu::ProtocolSettings s = cu::make_protocol_settings(
@@ -121,23 +121,8 @@ int main() {
                                             "TORCH_PURLIN_CPU_TWO_SHOT_BYTES");
     const int64_t cuda_two = bytes_for_world(env::find("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES")->default_value, W,
                                              "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
-    for (CollOp op : ops)
-      for (int root : {0, W - 1}) {
-        const bool rooted =
-            op == CollOp::Reduce || op == CollOp::Broadcast || op == CollOp::Gather || op == CollOp::Scatter;
-        if (root != 0 && !rooted) continue;
-        for (bool uneven : {false, true}) {
-          if (uneven && op != CollOp::AllToAll) continue;
-          for (int64_t bytes : sizes)
-            for (bool pool : {false, true})
-              for (Form form : {Form::OutOfPlace, Form::InPlace}) {
-                Case c;
-                c.op = op;
-                c.root = root;
-                c.n = bytes / 4;
-                c.uneven = uneven;
-                c.pool = pool;
-                c.form = form;
+    for_each_case(W, ops, sizes, [&](const Case& c) {
+                const CollOp op = c.op;
                 std::vector<Request> builtin, custom;
                 for (int r = 0; r < W; ++r) builtin.push_back(make_call(c, W, r).rq);
                 // The same Spec through run_spec, on the same tensors (NOTE [custom call buffers]).
@@ -165,14 +150,12 @@ int main() {
                   ok &= db == dc && (alike || copied);
                 }
                 copied_calls += copied;
-                if (ok) continue;
+                if (ok) return;
                 ++failed;
                 std::printf("FAIL %s: built-in [%s] cpu %s cuda %s | custom%s [%s] cpu %s cuda %s\n",
                             describe(c, W).c_str(), db.c_str(), b.cpu.c_str(), b.cuda.c_str(),
                             copied ? " (input copied)" : "", dc.c_str(), k.cpu.c_str(), k.cuda.c_str());
-              }
-        }
-      }
+    });
   }
   if (broadcast_differ == 0 || copied_calls == 0) {
     ++failed;
