@@ -204,8 +204,8 @@ class Symm(Impl):
 # W = 2, two-shot at any W); reduce_scatter stages N, reads N, writes N/W;
 # all_gather and all_to_all stage what others read and read what they write;
 # broadcast, gather and scatter move size(B) once through the busiest rank.
-# The copies are torch copies on this rank's core, timed after the fake call,
-# less their own per-call cost (purlin's copies pay none). Not counted: moving
+# The copies are one torch copy on this rank's core, timed after the fake
+# call, less that call's own cost (purlin's copies pay none). Not counted: moving
 # the peers' bytes between cores, which even a hand-written protocol pays
 # (16K-256K on a 2-core VM: benchmarks/probes/cpu_cross_core.cc). Below 1:
 # rounds whose staged bytes stay in cache (NOTE [cpu rounds]) against copies
@@ -223,13 +223,11 @@ LIMIT_COPIES = {
 }
 
 
-def copy_pairs(numel, copies, dtype):
-    """(dst, src) views for `copies` copies of numel elements: whole ones, then a part."""
-    src, dst = torch.empty(numel, dtype=dtype), torch.empty(numel, dtype=dtype)
-    src.zero_()
-    pairs = [(dst, src)] * int(copies)
-    part = int(numel * (copies - int(copies)))
-    return pairs + ([(dst[:part], src[:part])] if part else [])
+def copy_pair(numel, copies, dtype):
+    """(dst, src) of round(numel * copies) elements: the op's copies as one torch copy (one call's cost)."""
+    n = max(1, round(numel * copies))
+    src, dst = torch.zeros(n, dtype=dtype), torch.empty(n, dtype=dtype)
+    return dst, src
 
 
 class Limit(Impl):
@@ -251,17 +249,16 @@ class Limit(Impl):
             raise Unavailable(f"torch's fake backend: {e}") from e
         super().__init__(label, dist.new_group(backend="fake"),
                          "torch's per-call cost (fake backend) + the op's bytes at one core's copy speed")
-        self.key, self.pairs, self.call_cost, self.tinies = None, [], {}, {}
+        self.key, self.pair, self.call_cost, self.tinies = None, None, None, {}
 
     def run(self, case):
         case.op.run(self.tiny(case), self.group)
         key = (case.name, case.c, case.args.dtype)
-        if key != self.key:                 # one set at a time: the bench frees each size's buffers
-            self.pairs = []
+        if key != self.key:                 # one pair at a time: the bench frees each size's buffers
+            self.pair = None
             size = case.c * (case.n if "nc" in case.op.inp + case.op.out else 1)   # size(B), as on the root
-            self.key, self.pairs = key, copy_pairs(size, LIMIT_COPIES[case.name](case.n), case.args.dtype)
-        for d, s in self.pairs:
-            d.copy_(s)
+            self.key, self.pair = key, copy_pair(size, LIMIT_COPIES[case.name](case.n), case.args.dtype)
+        self.pair[0].copy_(self.pair[1])
 
     def tiny(self, case):
         """The op's buffers at one element per rank: torch's fake backend copies data for some
@@ -273,24 +270,21 @@ class Limit(Impl):
         return self.tinies[key]
 
     def correct(self, samples, case):
-        """Samples less the copies' per-call cost: the same copies of 64 elements."""
-        copies = LIMIT_COPIES[case.name](case.n)
-        if copies not in self.call_cost:
-            pairs = copy_pairs(64, copies, case.args.dtype)
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                for _ in range(400):
-                    for d, s in pairs:
-                        d.copy_(s)
-                times.append((time.perf_counter() - t0) / 400)
-            self.call_cost[copies] = min(times)
-        return [max(0.0, x - self.call_cost[copies]) for x in samples]
+        """Samples less one copy call's own cost, measured now: the fastest of 5 batches of
+        copies of 64 elements."""
+        dst, src = copy_pair(64, 1, case.args.dtype)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(200):
+                dst.copy_(src)
+            times.append((time.perf_counter() - t0) / 200)
+        self.call_cost = min(times)
+        return [max(0.0, x - self.call_cost) for x in samples]
 
     def fields(self, case):
-        """copy_calls_us: the copies' per-call cost taken off (time_us + it: copies as torch calls)."""
-        cost = self.call_cost.get(LIMIT_COPIES[case.name](case.n))
-        return {} if cost is None else {"copy_calls_us": cost * 1e6}
+        """copy_call_us: the copy call's own cost taken off (time_us + it: the copy as a torch call)."""
+        return {} if self.call_cost is None else {"copy_call_us": self.call_cost * 1e6}
 
 
 def make(label, backend, args):
