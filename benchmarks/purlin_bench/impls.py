@@ -204,8 +204,8 @@ class Symm(Impl):
 # W = 2, two-shot at any W); reduce_scatter stages N, reads N, writes N/W;
 # all_gather and all_to_all stage what others read and read what they write;
 # broadcast, gather and scatter move size(B) once through the busiest rank.
-# The copies are one torch copy on this rank's core, timed after the fake
-# call, less that call's own cost (purlin's copies pay none). Not counted: moving
+# The copies are torch copies on this rank's core, timed after the fake call,
+# less the calls' own cost, measured at each size (purlin's copies pay none). Not counted: moving
 # the peers' bytes between cores, which even a hand-written protocol pays
 # (16K-256K on a 2-core VM: benchmarks/probes/cpu_cross_core.cc). Below 1:
 # rounds whose staged bytes stay in cache (NOTE [cpu rounds]) against copies
@@ -223,11 +223,11 @@ LIMIT_COPIES = {
 }
 
 
-def copy_pair(numel, copies, dtype):
-    """(dst, src) of round(numel * copies) elements: the op's copies as one torch copy (one call's cost)."""
-    n = max(1, round(numel * copies))
-    src, dst = torch.zeros(n, dtype=dtype), torch.empty(n, dtype=dtype)
-    return dst, src
+def copy_pairs(numel, copies, dtype):
+    """(dst, src) views for `copies` copies of numel elements: whole ones, then a part."""
+    src, dst = torch.zeros(numel, dtype=dtype), torch.empty(numel, dtype=dtype)
+    part = int(numel * (copies - int(copies)))
+    return [(dst, src)] * int(copies) + ([(dst[:part], src[:part])] if part else [])
 
 
 class Limit(Impl):
@@ -249,16 +249,17 @@ class Limit(Impl):
             raise Unavailable(f"torch's fake backend: {e}") from e
         super().__init__(label, dist.new_group(backend="fake"),
                          "torch's per-call cost (fake backend) + the op's bytes at one core's copy speed")
-        self.key, self.pair, self.call_cost, self.tinies = None, None, None, {}
+        self.key, self.pairs, self.call_cost, self.tinies = None, [], None, {}
 
     def run(self, case):
         case.op.run(self.tiny(case), self.group)
         key = (case.name, case.c, case.args.dtype)
-        if key != self.key:                 # one pair at a time: the bench frees each size's buffers
-            self.pair = None
+        if key != self.key:                 # one set at a time: the bench frees each size's buffers
+            self.pairs = []
             size = case.c * (case.n if "nc" in case.op.inp + case.op.out else 1)   # size(B), as on the root
-            self.key, self.pair = key, copy_pair(size, LIMIT_COPIES[case.name](case.n), case.args.dtype)
-        self.pair[0].copy_(self.pair[1])
+            self.key, self.pairs = key, copy_pairs(size, LIMIT_COPIES[case.name](case.n), case.args.dtype)
+        for d, s in self.pairs:
+            d.copy_(s)
 
     def tiny(self, case):
         """The op's buffers at one element per rank: torch's fake backend copies data for some
@@ -270,21 +271,22 @@ class Limit(Impl):
         return self.tinies[key]
 
     def correct(self, samples, case):
-        """Samples less one copy call's own cost, measured now: the fastest of 5 batches of
-        copies of 64 elements."""
-        dst, src = copy_pair(64, 1, case.args.dtype)
+        """Samples less the copy calls' own cost, measured now: the same number of copies of 64
+        elements, the fastest of 5 batches."""
+        pairs = [(d[:64], s[:64]) for d, s in self.pairs]
         times = []
         for _ in range(5):
             t0 = time.perf_counter()
             for _ in range(200):
-                dst.copy_(src)
+                for d, s in pairs:
+                    d.copy_(s)
             times.append((time.perf_counter() - t0) / 200)
         self.call_cost = min(times)
         return [max(0.0, x - self.call_cost) for x in samples]
 
     def fields(self, case):
-        """copy_call_us: the copy call's own cost taken off (time_us + it: the copy as a torch call)."""
-        return {} if self.call_cost is None else {"copy_call_us": self.call_cost * 1e6}
+        """copy_calls_us: the copy calls' own cost taken off (time_us + it: the copies as torch calls)."""
+        return {} if self.call_cost is None else {"copy_calls_us": self.call_cost * 1e6}
 
 
 def make(label, backend, args):
