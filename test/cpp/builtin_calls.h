@@ -158,6 +158,29 @@ inline RankCall make_call(const Case& c, int W, int r) {
 }
 
 // SymmetricPool::offset_of for the fake pool of rank r.
+// Every rank's metadata as its peers read it.
+inline std::vector<PeerMeta> metas(const std::vector<Request>& rqs) {
+  const int W = static_cast<int>(rqs.size());
+  std::vector<PeerMeta> all;
+  for (const Request& rq : rqs) {
+    const auto blob = encode_meta(rq, W);
+    all.push_back(decode_meta(blob.data(), W));
+  }
+  return all;
+}
+
+// Every rank's call of `c` at world W, and (into *all) every rank's metadata as its peers read it.
+inline std::vector<RankCall> calls_of(const Case& c, int W, std::vector<PeerMeta>* all) {
+  std::vector<RankCall> calls;
+  std::vector<Request> rqs;
+  for (int r = 0; r < W; ++r) {
+    calls.push_back(make_call(c, W, r));
+    rqs.push_back(calls.back().rq);
+  }
+  *all = metas(rqs);
+  return calls;
+}
+
 inline int64_t pool_offset(int r, const void* p, int64_t n_bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   if (n_bytes <= 0 || a < pool_base(r) || a + n_bytes > pool_base(r) + kPoolBytes) return -1;

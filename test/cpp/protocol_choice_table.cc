@@ -112,13 +112,8 @@ std::string bits(const std::vector<bool>& v) {
 
 void row(const Case& c, int W, const cu::ProtocolSettings& s, int64_t cpu_two_shot, int64_t cpu_ws,
          int64_t cpu_round, int64_t cuda_two_shot, const NcclTable& nccl) {
-  std::vector<RankCall> calls;
   std::vector<PeerMeta> all;
-  for (int r = 0; r < W; ++r) {
-    calls.push_back(make_call(c, W, r));
-    const auto blob = encode_meta(calls.back().rq, W);
-    all.push_back(decode_meta(blob.data(), W));
-  }
+  const std::vector<RankCall> calls = calls_of(c, W, &all);
   const Request& rq0 = calls[0].rq;
   const snac::Spec spec = build_spec(rq0, all);
   const snac::CallDescription call = describe_call(rq0, spec);

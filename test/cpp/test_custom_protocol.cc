@@ -57,17 +57,6 @@ std::string key(const snac::CallDescription& d) {
          std::to_string(d.own_block);
 }
 
-// Every rank's metadata as its peers read it.
-std::vector<PeerMeta> metas(const std::vector<Request>& calls) {
-  const int W = static_cast<int>(calls.size());
-  std::vector<PeerMeta> all;
-  for (const Request& rq : calls) {
-    const auto blob = encode_meta(rq, W);
-    all.push_back(decode_meta(blob.data(), W));
-  }
-  return all;
-}
-
 // The choices of every rank's call (`calls`), as the engines make them.
 Choice choose_all(const std::vector<Request>& calls, const cu::ProtocolSettings& s, int64_t cpu_two,
                   int64_t cuda_two, std::string* desc) {

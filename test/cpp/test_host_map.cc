@@ -2,9 +2,8 @@
 // the partition every rank derives from the probes and the opens, its hints and
 // description, the probe's encoding, and the whole exchange between threads of
 // one process (one host; nothing left in /dev/shm, also when a rank never
-// comes). Built and run by test/cpu/test_hosts_cpu.py. Links host_map.cc and
-// shm_segment.cc only: all_gather (shm_group.h) is defined here, as shm_group.cc
-// does, over the test's in-memory Rendezvous.
+// comes). Built and run by test/cpu/test_hosts_cpu.py, linked with the CPU
+// Atom and shm_group.cc for all_gather, over the test's in-memory Rendezvous.
 #include <dirent.h>
 #include <unistd.h>
 
@@ -18,16 +17,6 @@
 #include "backend/machines/host_map.h"
 #include "expect.h"
 #include "mem_store.h"
-
-namespace purlin::backend {
-std::vector<std::string> all_gather(const Rendezvous& rdv, const std::string& key, int rank, int world,
-                                    const std::string& mine) {
-  rdv.set(key + std::to_string(rank), mine);
-  std::vector<std::string> all(world);
-  for (int r = 0; r < world; ++r) all[r] = r == rank ? mine : rdv.get(key + std::to_string(r));
-  return all;
-}
-}  // namespace purlin::backend
 
 using namespace purlin::backend;
 using purlin::test::expect;

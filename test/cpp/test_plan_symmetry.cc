@@ -142,13 +142,8 @@ int64_t g_cases = 0, g_simulated = 0;
 std::map<std::string, int64_t> g_protocols;
 
 void check(const Case& c, int W, const cu::ProtocolSettings& s, std::mt19937& rng, bool simulate_data) {
-  std::vector<RankCall> calls;
   std::vector<PeerMeta> all;
-  for (int r = 0; r < W; ++r) {
-    calls.push_back(make_call(c, W, r));
-    const auto blob = encode_meta(calls.back().rq, W);
-    all.push_back(decode_meta(blob.data(), W));
-  }
+  const std::vector<RankCall> calls = calls_of(c, W, &all);
   const std::string why = check_agreement(all, 0);
   expect(why.empty(), describe(c, W) + ": the arguments disagree: " + why);
   if (!why.empty()) return;

@@ -555,7 +555,9 @@ def test_host_map_program(tmp_path):
     """The partition, hints and exchange of the host map, in C++ (no torch)."""
     exe = tmp_path / "test_host_map"
     cmd = ["g++", "-O0", "-std=c++17", "-Wall", "-I", str(ROOT / "csrc"), "-I", str(ROOT / "test/cpp"),
-           str(ROOT / "csrc/backend/machines/host_map.cc"), str(ROOT / "csrc/atom/cpu/shm_segment.cc"),
+           str(ROOT / "csrc/backend/machines/host_map.cc"), str(ROOT / "csrc/backend/group/shm_group.cc"),
+           str(ROOT / "csrc/backend/group/shm_capacity.cc"), str(ROOT / "csrc/common/types.cc"),
+           str(ROOT / "csrc/atom/atom.cc"), *map(str, sorted((ROOT / "csrc/atom/cpu").glob("*.cc"))),
            str(ROOT / "test/cpp/test_host_map.cc"), "-o", str(exe), "-lrt", "-pthread"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, f"compile failed: {' '.join(cmd)}\n{p.stderr}"
