@@ -332,7 +332,7 @@ def parse_bytes(text):
 # issue's sweep (1K..1G, x4, eager and graph), "quick" a 6-size look at it; no
 # preset keeps the historical defaults. Cost estimates: benchmarks/README.md.
 PRESETS = {
-    # "start": what `./purlin bench` runs: about two minutes on a 2-core machine (CPU), the
+    # "start": what `./purlin bench` runs: under a minute on a 2-core machine (CPU), the
     # issue's sweep on GPUs.
     "start-cpu": dict(min_bytes=4 << 10, max_bytes=16 << 20, step_factor=4, iters=20, warmup=3,
                       time_cap=0.3, mode="eager"),

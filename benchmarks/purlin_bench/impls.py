@@ -27,6 +27,7 @@ import importlib
 import os
 import time
 import warnings
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -249,26 +250,26 @@ class Limit(Impl):
             raise Unavailable(f"torch's fake backend: {e}") from e
         super().__init__(label, dist.new_group(backend="fake"),
                          "torch's per-call cost (fake backend) + the op's bytes at one core's copy speed")
-        self.key, self.pairs, self.call_cost, self.tinies = None, [], None, {}
+        self.case, self.tiny, self.pairs, self.call_cost, self.tinies = lambda: None, None, [], None, {}
 
     def run(self, case):
-        case.op.run(self.tiny(case), self.group)
-        key = (case.name, case.c, case.args.dtype)
-        if key != self.key:                 # one set at a time: the bench frees each size's buffers
-            self.pairs = []
-            size = case.c * (case.n if "nc" in case.op.inp + case.op.out else 1)   # size(B), as on the root
-            self.key, self.pairs = key, copy_pairs(size, LIMIT_COPIES[case.name](case.n), case.args.dtype)
+        if self.case() is not case:         # a new size: prepared once, outside the timed calls
+            self.prepare(case)
+        case.op.run(self.tiny, self.group)
         for d, s in self.pairs:
             d.copy_(s)
 
-    def tiny(self, case):
-        """The op's buffers at one element per rank: torch's fake backend copies data for some
-        ops (all_gather, reduce_scatter, all_to_all), and torch's own per-call cost does not
-        depend on the size."""
+    def prepare(self, case):
+        """The op's buffers at one element per rank (torch's fake backend copies data for some
+        ops, and torch's own per-call cost does not depend on the size), and the copies'
+        buffers: one set at a time, the bench frees each size's Case."""
+        self.pairs = []
         key = (case.name, case.place, case.args.dtype)
         if key not in self.tinies:
             self.tinies[key] = type(case)(case.name, case.place, 1, case.args, case.n, case.rank)
-        return self.tinies[key]
+        size = case.c * (case.n if "nc" in case.op.inp + case.op.out else 1)   # size(B), as on the root
+        self.case, self.tiny = weakref.ref(case), self.tinies[key]
+        self.pairs = copy_pairs(size, LIMIT_COPIES[case.name](case.n), case.args.dtype)
 
     def correct(self, samples, case):
         """Samples less the copy calls' own cost, measured now: the same number of copies of 64

@@ -122,19 +122,15 @@ at::Tensor call_buffer(int64_t numel, const at::Tensor& like, int slot) {
 at::Tensor flat_of(const std::vector<at::Tensor>& ts) {
   if (ts.size() == 1) return flat_of(ts[0]);
   if (at::Tensor v = adjacent_view(ts); v.defined()) return v;
+  std::vector<at::Tensor> parts;
   int64_t numel = 0;
-  for (const auto& t : ts) numel += t.numel();
-  if (ts.empty() || !ts[0].device().is_cpu()) {
-    std::vector<at::Tensor> parts;
-    for (const auto& t : ts) parts.push_back(t.reshape({-1}));
-    return at::cat(parts);
-  }
-  at::Tensor flat = call_buffer(numel, ts[0], 0);
-  int64_t off = 0;
   for (const auto& t : ts) {
-    flat.narrow(0, off, t.numel()).view(t.sizes()).copy_(t);
-    off += t.numel();
+    parts.push_back(t.reshape({-1}));
+    numel += t.numel();
   }
+  if (ts.empty() || !ts[0].device().is_cpu()) return at::cat(parts);
+  at::Tensor flat = call_buffer(numel, ts[0], 0);
+  at::cat_out(flat, parts);
   return flat;
 }
 
