@@ -89,50 +89,83 @@ struct And {
 };
 
 // ---- the block fold ---------------------------------------------------------
-// Each pass is its own loop over restrict-qualified pointers (acc is a local
-// array, so it never aliases a source or dst). The block is called with
-// len == kBlock, a constant after inlining, so even -O2's cheap vectorizer
-// accepts every pass; the tail takes the same code with a variable len.
+// Each pass is its own loop. The first pass folds two sources into acc (a
+// local array, so it never aliases a source or dst); the middle passes fold
+// two more each; the last pass folds the last one or two sources and stores
+// into dst. With two sources the one pass reads both and stores dst. dst may
+// equal a source exactly: a pass that stores dst[i] reads only index i of
+// every source it reads, and earlier passes read their sources' block whole
+// (hence `ivdep` on the passes that store dst: no dependence spans
+// iterations). The block is called with len == kBlock, a constant after
+// inlining, so even -O2's cheap vectorizer accepts every pass; the tail takes
+// the same code with a variable len. The arithmetic and its order are those
+// of a left fold in the accumulator: ((x0 op x1) op x2) ..., then / nsrc for
+// AVG, then one conversion to the element type.
 #define PURLIN_INLINE inline __attribute__((always_inline))
+#if defined(__clang__)
+#define PURLIN_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define PURLIN_IVDEP _Pragma("GCC ivdep")
+#else
+#define PURLIN_IVDEP
+#endif
 
 template <class E, class A, class Cv, bool kScaled>
-PURLIN_INLINE void first_pass(A* __restrict acc, const E* __restrict s, A c, int64_t len) {
-  for (int64_t i = 0; i < len; ++i) acc[i] = kScaled ? static_cast<A>(c * Cv::load(s[i])) : Cv::load(s[i]);
-}
-
-template <class E, class A, class Cv, class Op, bool kScaled>
-PURLIN_INLINE void step_pass(A* __restrict acc, const E* __restrict s, A c, int64_t len) {
-  for (int64_t i = 0; i < len; ++i)
-    acc[i] = Op::step(acc[i], kScaled ? static_cast<A>(c * Cv::load(s[i])) : Cv::load(s[i]));
-}
-
-// Two sources per pass: half the accumulator traffic of two single passes.
-template <class E, class A, class Cv, class Op, bool kScaled>
-PURLIN_INLINE void step_pass2(A* __restrict acc, const E* __restrict s, const E* __restrict t, A c, A ct,
-                              int64_t len) {
-  for (int64_t i = 0; i < len; ++i) {
-    const A x = kScaled ? static_cast<A>(c * Cv::load(s[i])) : Cv::load(s[i]);
-    const A y = kScaled ? static_cast<A>(ct * Cv::load(t[i])) : Cv::load(t[i]);
-    acc[i] = Op::step(Op::step(acc[i], x), y);
+struct Load {
+  static PURLIN_INLINE A at(const E* s, A c, int64_t i) {
+    return kScaled ? static_cast<A>(c * Cv::load(s[i])) : Cv::load(s[i]);
   }
-}
+};
 
 template <class E, class A, class Cv, bool kAvg>
-PURLIN_INLINE void store_pass(E* __restrict d, A* __restrict acc, A q, int64_t len) {
-  for (int64_t i = 0; i < len; ++i) d[i] = Cv::store(kAvg ? acc[i] / q : acc[i]);
+PURLIN_INLINE E finish(A acc, A q) {
+  return Cv::store(kAvg ? acc / q : acc);
 }
 
 template <class E, class A, class Cv, class Op, bool kScaled, bool kAvg>
 PURLIN_INLINE void fold_block(E* d, const void* const* srcs, const double* scales, int nsrc, int64_t base,
-                              int64_t len, A* acc) {
+                              int64_t len, A* __restrict acc) {
+  using L = Load<E, A, Cv, kScaled>;
   auto scale = [&](int k) { return kScaled ? static_cast<A>(scales[k]) : A(1); };
-  first_pass<E, A, Cv, kScaled>(acc, static_cast<const E*>(srcs[0]) + base, scale(0), len);
   auto src = [&](int k) { return static_cast<const E*>(srcs[k]) + base; };
-  int k = 1;
-  for (; k + 1 < nsrc; k += 2)
-    step_pass2<E, A, Cv, Op, kScaled>(acc, src(k), src(k + 1), scale(k), scale(k + 1), len);
-  if (k < nsrc) step_pass<E, A, Cv, Op, kScaled>(acc, src(k), scale(k), len);
-  store_pass<E, A, Cv, kAvg>(d + base, acc, static_cast<A>(nsrc), len);
+  const A q = static_cast<A>(nsrc);
+  E* out = d + base;
+  if (nsrc == 1) {
+    const E* s = src(0);
+    const A c = scale(0);
+    PURLIN_IVDEP
+    for (int64_t i = 0; i < len; ++i) out[i] = finish<E, A, Cv, kAvg>(L::at(s, c, i), q);
+    return;
+  }
+  const E* s0 = src(0);
+  const E* s1 = src(1);
+  const A c0 = scale(0), c1 = scale(1);
+  if (nsrc == 2) {
+    PURLIN_IVDEP
+    for (int64_t i = 0; i < len; ++i)
+      out[i] = finish<E, A, Cv, kAvg>(Op::step(L::at(s0, c0, i), L::at(s1, c1, i)), q);
+    return;
+  }
+  for (int64_t i = 0; i < len; ++i) acc[i] = Op::step(L::at(s0, c0, i), L::at(s1, c1, i));
+  int k = 2;
+  for (; nsrc - k > 2; k += 2) {  // middle passes: leave one or two sources for the last
+    const E* s = src(k);
+    const E* t = src(k + 1);
+    const A c = scale(k), ct = scale(k + 1);
+    for (int64_t i = 0; i < len; ++i) acc[i] = Op::step(Op::step(acc[i], L::at(s, c, i)), L::at(t, ct, i));
+  }
+  const E* s = src(k);
+  const A c = scale(k);
+  if (nsrc - k == 2) {
+    const E* t = src(k + 1);
+    const A ct = scale(k + 1);
+    PURLIN_IVDEP
+    for (int64_t i = 0; i < len; ++i)
+      out[i] = finish<E, A, Cv, kAvg>(Op::step(Op::step(acc[i], L::at(s, c, i)), L::at(t, ct, i)), q);
+  } else {
+    PURLIN_IVDEP
+    for (int64_t i = 0; i < len; ++i) out[i] = finish<E, A, Cv, kAvg>(Op::step(acc[i], L::at(s, c, i)), q);
+  }
 }
 
 template <class E, class A, class Cv, class Op, bool kScaled = false, bool kAvg = false>

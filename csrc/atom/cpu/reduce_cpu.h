@@ -17,8 +17,9 @@
 // source order; they are bit-exact as stated only when the build does not
 // contract a*b+c into FMA (default x86-64 flags; -march=native may).
 //
-// dst may alias any one source exactly (same address: each block of every
-// source is read before the block is stored); no other overlap is allowed.
+// dst may be any one source exactly (same address: the pass that stores a
+// block reads only the same index of each source it reads, and every earlier
+// pass has read its sources' block whole); no other overlap is allowed.
 // Throws std::invalid_argument when reduction_supported(dtype, op) is false,
 // nsrc < 1, n < 0, or PREMUL_SUM is given no scales. scales may be null for
 // every other op. Single-threaded; the caller splits work across ranks.
