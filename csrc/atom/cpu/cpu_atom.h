@@ -40,7 +40,9 @@
 // NOTE [cpu wait strategy] — ranks may outnumber cores (CI runs 4 ranks on 2):
 // spin with a pause instruction for kSpinFor, then sched_yield() until
 // kYieldFor, then sleep kSleep between checks. The clock is read once per
-// batch of checks. Every wait is bounded by timeout() and then throws
+// batch of checks, and not before kChecksBeforeClock checks (most waits of a
+// busy group end within them; the clock read was a measurable part of a
+// small collective). Every wait is bounded by timeout() and then throws
 // TimeoutError naming op, seq, rank, phase, peer, flag kind and values; with
 // an abort flag set (set_abort_flag), a wait that sees it raised at a clock
 // read throws AbortedError with the same names instead (within ~1 ms): "the
@@ -71,6 +73,7 @@ class CpuAtom : public HostAtom {
   static constexpr std::chrono::microseconds kSpinFor{20};
   static constexpr std::chrono::microseconds kYieldFor{1000};
   static constexpr std::chrono::microseconds kSleep{30};
+  static constexpr int kChecksBeforeClock = 32;  // a microsecond or two of pauses
 
   // Creates and maps /dev/shm/<name_prefix>_r<rank>. name_prefix starts with '/'.
   CpuAtom(std::string name_prefix, int rank, int world, size_t workspace_bytes, size_t meta_bytes,
