@@ -8,16 +8,18 @@
 //   one-shot    the staged one-shot all_reduce written by hand: copy the
 //               input into its own workspace, raise a flag, wait for the
 //               peer's, add its input and the peer's staged copy into the
-//               output, then ack so the next round may overwrite
+//               output (the ack that lets the peer stage again is outside
+//               the timed part, as purlin's arrival of the next call is)
 //   cross read  only the copy of the peer's freshly staged N bytes into
 //               local memory (the part a core cannot do from its own cache)
-// Median of --iters rounds per cell, rank 0's clock, both ranks spinning on
-// their flags (no yields). On 2-core VMs one-shot stays ~2x above `copies`
-// at 64K-256K, where the peer's bytes sit in the other core's cache, and
-// meets it from a few MB on (docs/PERFORMANCE.md, "CPU").
+// Median of `iters` rounds per cell, rank 0's clock, both ranks spinning on
+// their flags (no yields). Given torch's per-call cost F in us (the bench's
+// `limit` at 4K, or the op on torch's `fake` backend), the last column is
+// (F + one-shot) / (F + copies): the bench's /limit that this protocol
+// would read, a floor for any staged one-shot (docs/PERFORMANCE.md, "CPU").
 //
-//   g++ -std=c++17 -O2 -o /tmp/cpu_cross_core benchmarks/probes/cpu_cross_core.cc
-//   /tmp/cpu_cross_core [iters, default 2000]
+//   g++ -std=c++17 -O3 -march=native -o /tmp/cpu_cross_core benchmarks/probes/cpu_cross_core.cc
+//   /tmp/cpu_cross_core [iters, default 2000] [F us, default 7]
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,6 +68,7 @@ double median(std::vector<double> t) {
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 2000;
+  const double torch_us = argc > 2 ? std::atof(argv[2]) : 7.0;
   const size_t sizes[] = {4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20};
   const size_t max_bytes = 16 << 20;
   void* shared = mmap(nullptr, sizeof(Pad) + 2 * max_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -76,7 +79,9 @@ int main(int argc, char** argv) {
   const pid_t child = fork();
   Rank me{child == 0 ? 1 : 0, pad};
   uint64_t step = 0;
-  if (me.r == 0) std::printf("%10s %12s %12s %12s %10s\n", "size(B)", "copies(us)", "one-shot(us)", "cross(us)", "ratio");
+  if (me.r == 0)
+    std::printf("%10s %12s %12s %12s %10s %14s\n", "size(B)", "copies(us)", "one-shot(us)", "cross(us)", "ratio",
+                "limit ratio");
   for (size_t bytes : sizes) {
     const size_t n = bytes / sizeof(float), max_n = max_bytes / sizeof(float);
     std::vector<float> in(n, 1.0f + me.r), out(n), scratch(n);
@@ -100,9 +105,9 @@ int main(int argc, char** argv) {
       me.signal(2, v);
       me.wait(2, v);
       add(out.data(), in.data(), peer, n);
+      one_shot.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       me.signal(3, v);  // ack: the peer may stage again
       me.wait(3, v);
-      one_shot.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       if (out[0] != 3.0f || out[n - 1] != 3.0f) {
         std::fprintf(stderr, "rank %d: wrong sum %f\n", me.r, out[0]);
         return 1;
@@ -119,8 +124,8 @@ int main(int argc, char** argv) {
       me.wait(3, step);
     }
     if (me.r == 0)
-      std::printf("%10zu %12.2f %12.2f %12.2f %10.2f\n", bytes, median(copies), median(one_shot), median(cross),
-                  median(one_shot) / median(copies));
+      std::printf("%10zu %12.2f %12.2f %12.2f %10.2f %14.2f\n", bytes, median(copies), median(one_shot), median(cross),
+                  median(one_shot) / median(copies), (torch_us + median(one_shot)) / (torch_us + median(copies)));
   }
   if (me.r == 0) waitpid(child, nullptr, 0);
   return 0;
