@@ -208,7 +208,7 @@ class Symm(Impl):
 # The copies are torch copies on this rank's core, timed after the fake call,
 # less the calls' own cost, measured at each size (purlin's copies pay none). Not counted: moving
 # the peers' bytes between cores, which even a hand-written protocol pays
-# (16K-256K on a 2-core VM: benchmarks/probes/cpu_cross_core.cc). Below 1:
+# (4K-256K on a 2-core VM: benchmarks/probes/cpu_cross_core.cc). Below 1:
 # rounds whose staged bytes stay in cache (NOTE [cpu rounds]) against copies
 # of whole buffers through memory, and all_gather / reduce_scatter at small
 # sizes, for which the fake backend is not free (it gathers through a list).
