@@ -71,7 +71,7 @@ def assert_copy_engine(group, what):
 
 def all_gather_case(c, group, tag, dtype, n, in_place):
     rank, W, dev, nccl, inputs = c.rank, c.W, c.dev, c.nccl, c.inputs
-    xs = inputs(c, n, dtype)
+    xs = inputs(n, dtype)
     out = torch.zeros(W * n, dtype=dtype, device=dev)
     dist.all_gather_into_tensor(out, all_gather_input(out, xs[rank], rank, in_place), group=group)
     what = f"all_gather_into_tensor{tag} {dtype} n={n} in_place={in_place}"
@@ -97,7 +97,7 @@ def all_gather_into_tensor_cases(c):
 
 def all_gather_list_case(c, group, tag, dtype, n):
     rank, W, dev, nccl, inputs = c.rank, c.W, c.dev, c.nccl, c.inputs
-    xs = inputs(c, n, dtype)
+    xs = inputs(n, dtype)
     outs = [torch.zeros(n, dtype=dtype, device=dev) for _ in range(W)]
     dist.all_gather(outs, xs[rank].to(dev), group=group)
     what = f"all_gather{tag} {dtype} n={n}"
@@ -124,7 +124,7 @@ def all_gather_cases(c):
 
 def broadcast_case(c, group, tag, dtype, n, root):
     rank, dev, nccl, inputs = c.rank, c.dev, c.nccl, c.inputs
-    xs = inputs(c, n, dtype)
+    xs = inputs(n, dtype)
     t = xs[rank].to(dev)
     dist.broadcast(t, src=root, group=group)
     what = f"broadcast{tag} {dtype} n={n} root={root}"
@@ -186,7 +186,7 @@ def all_to_all_single_cases(c):
 
 def gather_case(c, group, tag, dtype, n, root):
     rank, W, dev, nccl, inputs = c.rank, c.W, c.dev, c.nccl, c.inputs
-    xs = inputs(c, n, dtype)
+    xs = inputs(n, dtype)
     lst = [torch.zeros(n, dtype=dtype, device=dev) for _ in range(W)] if rank == root else None
     dist.gather(xs[rank].to(dev), lst, dst=root, group=group)
     what = f"gather{tag} {dtype} n={n} root={root}"
@@ -212,7 +212,7 @@ def gather_cases(c):
 
 def scatter_case(c, group, tag, dtype, n, root):
     rank, dev, nccl, inputs = c.rank, c.dev, c.nccl, c.inputs
-    xs = inputs(c, n, dtype)
+    xs = inputs(n, dtype)
     out = torch.zeros(n, dtype=dtype, device=dev)
     dist.scatter(out, [x.to(dev) for x in xs] if rank == root else None, src=root, group=group)
     what = f"scatter{tag} {dtype} n={n} root={root}"
@@ -250,7 +250,7 @@ def expect_protocol(group, want, what):
 
 def zc_all_gather_case(c, dtype, n, in_place):
     rank, W, dev, pg, inputs = c.rank, c.W, c.dev, c.pg, c.inputs
-    xs = inputs(c, n, dtype)
+    xs = inputs(n, dtype)
     out = pool(c, W * n, dtype)
     out.zero_()
     if in_place:
@@ -268,7 +268,7 @@ def zc_all_gather_case(c, dtype, n, in_place):
 
 def zc_broadcast_case(c, dtype, n, root):
     rank, dev, pg, inputs = c.rank, c.dev, c.pg, c.inputs
-    xs = inputs(c, n, dtype)
+    xs = inputs(n, dtype)
     t = pool(c, n, dtype)
     t.copy_(xs[rank].to(dev))
     dist.broadcast(t, src=root, group=pg)
@@ -302,7 +302,7 @@ def zc_plain_input_case(c, n):
     # the output in the pool, the input not: the engine cannot pull, so the kernel writes into the peers'
     # outputs (NOTE [peer outputs]); the same choice on every rank
     rank, W, dev, pg, inputs = c.rank, c.W, c.dev, c.pg, c.inputs
-    xs = inputs(c, n, torch.float32)
+    xs = inputs(n, torch.float32)
     out = pool(c, W * n, torch.float32)
     dist.all_gather_into_tensor(out, xs[rank].to(dev), group=pg)
     what = f"all_gather_into_tensor, pool output, plain input, n={n}"
@@ -330,7 +330,7 @@ def zc_call_check_case(c):
         assert named and int(named.group(1)) != rank and "copy engine" in msg and f"on rank {rank}" in msg, msg
     else:
         raise AssertionError("no error for a copy-engine collective on blocks placed differently")
-    xs = inputs(c, 1000, torch.float32)
+    xs = inputs(1000, torch.float32)
     plain = torch.empty(W * 1000, device=dev)
     dist.all_gather_into_tensor(plain, xs[rank].to(dev), group=cg)
     assert_copy_engine(cg, "the group after a call-check error")
@@ -362,7 +362,7 @@ def mixed_case(c, group, tag, n, async_op):
     # Each op overwrites the workspace the previous one (other path) may still be read from by the peer.
     rank, W, dev, inputs = c.rank, c.W, c.dev, c.inputs
     for it in range(10):
-        xs = inputs(c, n, torch.float32)
+        xs = inputs(n, torch.float32)
         ar = xs[rank].to(dev)
         w1 = dist.all_reduce(ar, group=group, async_op=async_op)  # plan kernel
         ag = torch.zeros(W * n, device=dev)
