@@ -20,6 +20,12 @@ namespace {
 constexpr uint32_t kMagic = 0x50524c4e;  // "PRLN"
 constexpr size_t kErrBytes = 200;
 
+// NOTE [metadata blob] One 48-byte line of fixed fields, then the split
+// sizes (2W int64) only when the call has them, then the error text only when
+// there is one. A call writes and its peers read just those bytes: the
+// blob's lines cross cores on every call (arrival), so an all_reduce moves
+// one line each way instead of the whole slot (meta_blob_bytes, the most a
+// blob can take, sizes the slot).
 struct Header {
   uint32_t magic;
   uint8_t op, dtype, redop, has_splits;
@@ -28,16 +34,16 @@ struct Header {
   double scale;
   int64_t in_numel, out_numel;
   uint64_t custom_hash;
-  char error[kErrBytes];
 };
+static_assert(sizeof(Header) <= 64, "the fixed fields fit one cache line");
 
 std::string rank_str(int r) { return "rank " + std::to_string(r); }
+size_t splits_bytes(int world) { return 2 * sizeof(int64_t) * static_cast<size_t>(world); }
 }  // namespace
 
-size_t meta_blob_bytes(int world) { return sizeof(Header) + 2 * sizeof(int64_t) * static_cast<size_t>(world); }
+size_t meta_blob_bytes(int world) { return sizeof(Header) + splits_bytes(world) + kErrBytes; }
 
 std::vector<std::byte> encode_meta(const Request& rq, int world) {
-  std::vector<std::byte> blob(meta_blob_bytes(world));
   Header h{};
   h.magic = kMagic;
   h.op = static_cast<uint8_t>(rq.op);
@@ -50,13 +56,17 @@ std::vector<std::byte> encode_meta(const Request& rq, int world) {
   h.out_numel = rq.out_numel;
   h.custom_hash = rq.custom ? spec_hash(*rq.custom) : 0;
   h.error_len = static_cast<int32_t>(std::min(rq.error.size(), kErrBytes - 1));
-  std::memcpy(h.error, rq.error.data(), h.error_len);
+  const size_t split_at = sizeof h, error_at = split_at + (h.has_splits ? splits_bytes(world) : 0);
+  std::vector<std::byte> blob(error_at + static_cast<size_t>(h.error_len));
   std::memcpy(blob.data(), &h, sizeof h);
-  int64_t* splits = reinterpret_cast<int64_t*>(blob.data() + sizeof h);
-  for (int r = 0; r < world; ++r) {
-    splits[r] = r < static_cast<int>(rq.in_splits.size()) ? rq.in_splits[r] : 0;
-    splits[world + r] = r < static_cast<int>(rq.out_splits.size()) ? rq.out_splits[r] : 0;
+  if (h.has_splits) {
+    int64_t* splits = reinterpret_cast<int64_t*>(blob.data() + split_at);
+    for (int r = 0; r < world; ++r) {
+      splits[r] = r < static_cast<int>(rq.in_splits.size()) ? rq.in_splits[r] : 0;
+      splits[world + r] = r < static_cast<int>(rq.out_splits.size()) ? rq.out_splits[r] : 0;
+    }
   }
+  std::memcpy(blob.data() + error_at, rq.error.data(), static_cast<size_t>(h.error_len));
   return blob;
 }
 
@@ -72,13 +82,18 @@ PeerMeta decode_meta(const std::byte* blob, int world) {
   m.in_numel = h.in_numel;
   m.out_numel = h.out_numel;
   m.custom_hash = h.custom_hash;
-  if (h.magic != kMagic) m.error = "corrupt collective metadata (bad magic)";
-  else m.error.assign(h.error, h.error_len);
+  if (h.magic != kMagic || h.error_len < 0 || h.error_len >= static_cast<int32_t>(kErrBytes)) {
+    m.error = "corrupt collective metadata (bad magic or error length)";
+    return m;
+  }
+  const std::byte* at = blob + sizeof h;
   if (h.has_splits) {
-    const int64_t* splits = reinterpret_cast<const int64_t*>(blob + sizeof h);
+    const int64_t* splits = reinterpret_cast<const int64_t*>(at);
     m.in_splits.assign(splits, splits + world);
     m.out_splits.assign(splits + world, splits + 2 * world);
+    at += splits_bytes(world);
   }
+  m.error.assign(reinterpret_cast<const char*>(at), static_cast<size_t>(h.error_len));
   return m;
 }
 
