@@ -157,7 +157,6 @@ inline RankCall make_call(const Case& c, int W, int r) {
   return k;
 }
 
-// SymmetricPool::offset_of for the fake pool of rank r.
 // Every rank's metadata as its peers read it.
 inline std::vector<PeerMeta> metas(const std::vector<Request>& rqs) {
   const int W = static_cast<int>(rqs.size());
@@ -181,6 +180,7 @@ inline std::vector<RankCall> calls_of(const Case& c, int W, std::vector<PeerMeta
   return calls;
 }
 
+// SymmetricPool::offset_of for the fake pool of rank r.
 inline int64_t pool_offset(int r, const void* p, int64_t n_bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   if (n_bytes <= 0 || a < pool_base(r) || a + n_bytes > pool_base(r) + kPoolBytes) return -1;

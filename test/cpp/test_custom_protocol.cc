@@ -111,39 +111,39 @@ int main() {
     const int64_t cuda_two = bytes_for_world(env::find("TORCH_PURLIN_CUDA_TWO_SHOT_BYTES")->default_value, W,
                                              "TORCH_PURLIN_CUDA_TWO_SHOT_BYTES");
     for_each_case(W, ops, sizes, [&](const Case& c) {
-                const CollOp op = c.op;
-                std::vector<Request> builtin, custom;
-                for (int r = 0; r < W; ++r) builtin.push_back(make_call(c, W, r).rq);
-                // The same Spec through run_spec, on the same tensors (NOTE [custom call buffers]).
-                const snac::Spec spec = build_spec(builtin[0], metas(builtin));
-                bool copied = false;
-                for (int r = 0; r < W; ++r) {
-                  custom.push_back(as_custom(builtin[r], spec, r));
-                  copied |= custom.back().in != builtin[r].in;
-                }
-                std::string db, dc;
-                const Choice b = choose_all(builtin, s, cpu_two, cuda_two, &db);
-                const Choice k = choose_all(custom, s, cpu_two, cuda_two, &dc);
-                const bool alike = b.cpu == k.cpu && b.cuda == k.cuda;
-                alike ? ++same : ++differ;
-                // The allowed differences (NOTE [custom Specs share the built-ins' protocols]).
-                bool overlaps = false;  // c10d passes overlapping tensors (it copies uneven all_to_all itself)
-                for (const Request& rq : builtin) overlaps |= io_alias(rq) != IoAlias::Disjoint;
-                const bool copy_form = overlaps && op == CollOp::AllToAll;
-                const bool peer_outputs = b.cuda.find("peer-outputs") != std::string::npos;
-                bool ok = copied == copy_form;
-                if (op == CollOp::Broadcast) {
-                  ok &= db != dc && alike == !peer_outputs && k.cuda.find("peer-outputs") == std::string::npos;
-                  broadcast_differ += !alike;
-                } else {
-                  ok &= db == dc && (alike || copied);
-                }
-                copied_calls += copied;
-                if (ok) return;
-                ++failed;
-                std::printf("FAIL %s: built-in [%s] cpu %s cuda %s | custom%s [%s] cpu %s cuda %s\n",
-                            describe(c, W).c_str(), db.c_str(), b.cpu.c_str(), b.cuda.c_str(),
-                            copied ? " (input copied)" : "", dc.c_str(), k.cpu.c_str(), k.cuda.c_str());
+      const CollOp op = c.op;
+      std::vector<Request> builtin, custom;
+      for (int r = 0; r < W; ++r) builtin.push_back(make_call(c, W, r).rq);
+      // The same Spec through run_spec, on the same tensors (NOTE [custom call buffers]).
+      const snac::Spec spec = build_spec(builtin[0], metas(builtin));
+      bool copied = false;
+      for (int r = 0; r < W; ++r) {
+        custom.push_back(as_custom(builtin[r], spec, r));
+        copied |= custom.back().in != builtin[r].in;
+      }
+      std::string db, dc;
+      const Choice b = choose_all(builtin, s, cpu_two, cuda_two, &db);
+      const Choice k = choose_all(custom, s, cpu_two, cuda_two, &dc);
+      const bool alike = b.cpu == k.cpu && b.cuda == k.cuda;
+      alike ? ++same : ++differ;
+      // The allowed differences (NOTE [custom Specs share the built-ins' protocols]).
+      bool overlaps = false;  // c10d passes overlapping tensors (it copies uneven all_to_all itself)
+      for (const Request& rq : builtin) overlaps |= io_alias(rq) != IoAlias::Disjoint;
+      const bool copy_form = overlaps && op == CollOp::AllToAll;
+      const bool peer_outputs = b.cuda.find("peer-outputs") != std::string::npos;
+      bool ok = copied == copy_form;
+      if (op == CollOp::Broadcast) {
+        ok &= db != dc && alike == !peer_outputs && k.cuda.find("peer-outputs") == std::string::npos;
+        broadcast_differ += !alike;
+      } else {
+        ok &= db == dc && (alike || copied);
+      }
+      copied_calls += copied;
+      if (ok) return;
+      ++failed;
+      std::printf("FAIL %s: built-in [%s] cpu %s cuda %s | custom%s [%s] cpu %s cuda %s\n",
+                  describe(c, W).c_str(), db.c_str(), b.cpu.c_str(), b.cuda.c_str(),
+                  copied ? " (input copied)" : "", dc.c_str(), k.cpu.c_str(), k.cuda.c_str());
     });
   }
   if (broadcast_differ == 0 || copied_calls == 0) {
